@@ -1,0 +1,66 @@
+# Setpoint's two commands are `make demo` and `make test`; each installs and
+# starts what it needs (a local Kubernetes control plane built from the
+# official Go modules, RabbitMQ from Debian's packages) and reuses what is
+# already there.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+
+K8S_VERSION := $(shell awk '{for (i = 1; i < NF; i++) if ($$i == "k8s.io/kubernetes" && $$(i + 1) ~ /^v/) {print $$(i + 1); exit}}' tests/controlplane/go.mod)
+SETPOINT_CACHE ?= $(HOME)/.cache/setpoint
+export SETPOINT_CACHE K8S_VERSION
+KUBECTL := $(SETPOINT_CACHE)/k8s-$(K8S_VERSION)/bin/kubectl
+export KUBECONFIG := $(CURDIR)/.cluster/kubeconfig
+export CARGO_TERM_COLOR ?= never
+
+PHONY_EXTRA := crd
+.PHONY: all build test unit lint demo bench cluster-build cluster-up cluster-down \
+	rabbitmq-up rabbitmq-down up down fmt $(PHONY_EXTRA)
+
+all: build
+
+build:
+	cargo build --release
+
+fmt:
+	cargo fmt --all
+
+## The CRD YAML, generated from the Rust types (a test checks the copies).
+crd:
+	cargo run --quiet -- crd > config/crd/applications.setpoint.dev.yaml
+	cp config/crd/applications.setpoint.dev.yaml charts/setpoint/crds/
+
+## The local control plane (see tests/controlplane/cluster.sh).
+cluster-build:
+	tests/controlplane/cluster.sh build
+
+cluster-up:
+	tests/controlplane/cluster.sh up
+
+cluster-down:
+	tests/controlplane/cluster.sh down
+
+## RabbitMQ on 127.0.0.1:5672 (see tests/broker/rabbitmq.sh).
+rabbitmq-up:
+	tests/broker/rabbitmq.sh up
+
+rabbitmq-down:
+	tests/broker/rabbitmq.sh down
+
+up: cluster-up rabbitmq-up
+down: cluster-down rabbitmq-down
+
+lint:
+	cargo fmt --all -- --check
+	cargo clippy --all-targets -- -D warnings
+
+## Everything: format, lints, unit and integration tests against the real
+## control plane and RabbitMQ.
+test: up lint
+	@echo "[test] cargo test against $$(grep server: $(KUBECONFIG) | awk '{print $$2}') and amqp://127.0.0.1:5672"
+	cargo test --all-targets
+
+demo: up
+	@echo "[demo] control plane and RabbitMQ are up; KUBECONFIG=$(KUBECONFIG)"
+	$(KUBECTL) get nodes
+	@echo "[demo] the reconciler (Git -> cluster) is the next step; this demo grows with it."

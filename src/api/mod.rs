@@ -1,0 +1,180 @@
+//! The Application custom resource (`applications.setpoint.dev/v1alpha1`):
+//! what a user asks for (spec) and what Setpoint reports (status).
+//!
+//! The CRD YAML under `config/crd/` and `charts/setpoint/crds/` is generated
+//! from these types (`setpoint crd`); a test keeps the committed copies equal.
+
+mod conditions;
+
+pub use conditions::{Condition, ConditionStatus, ConditionType, set_condition};
+
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// One Application: a path in a Git repository, kept applied to the cluster.
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "setpoint.dev",
+    version = "v1alpha1",
+    kind = "Application",
+    namespaced,
+    status = "ApplicationStatus",
+    shortname = "spapp",
+    category = "setpoint",
+    printcolumn = r#"{"name":"Sync","type":"string","jsonPath":".status.sync.status"}"#,
+    printcolumn = r#"{"name":"Health","type":"string","jsonPath":".status.health.status"}"#,
+    printcolumn = r#"{"name":"Revision","type":"string","jsonPath":".status.sync.revision"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ApplicationSpec {
+    pub source: Source,
+    #[serde(default)]
+    pub destination: Destination,
+    #[serde(default)]
+    pub sync_policy: SyncPolicy,
+    /// Stop reconciling (Flux's `suspend`): nothing is applied or pruned.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub suspend: bool,
+}
+
+/// Where the manifests are.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Source {
+    /// A local path, `file://`, `http(s)://`, `ssh://` or `git@host:org/repo`.
+    #[serde(rename = "repoURL")]
+    pub repo_url: String,
+    /// A branch, a tag or a commit id; empty means the default branch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_revision: Option<String>,
+    /// The directory in the repository that holds the manifests; empty is the root.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// A Secret in the Application's namespace holding `username` and
+    /// `password` (or `token`) for an `http(s)://` repository.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credentials_secret: Option<String>,
+}
+
+/// Where the objects go.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Destination {
+    /// The namespace of namespaced objects that name none; defaults to the
+    /// Application's own namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+}
+
+/// When to change the cluster, as Argo CD's `syncPolicy`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SyncPolicy {
+    /// Sync on its own when Git changes; absent means only on request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub automated: Option<Automated>,
+    /// Allow a sync whose render came out empty to prune everything.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub allow_empty: bool,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Automated {
+    /// Delete objects of this Application that Git no longer has.
+    #[serde(default)]
+    pub prune: bool,
+    /// Correct drift in the live cluster even when Git did not change.
+    #[serde(default)]
+    pub self_heal: bool,
+}
+
+/// What Setpoint saw and did, written only when it changed.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ApplicationStatus {
+    #[serde(default)]
+    pub sync: SyncStatus,
+    #[serde(default)]
+    pub health: HealthStatus,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// The last commit whose manifests were applied without error.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_applied_revision: Option<String>,
+    /// Every object of this Application, as of the last reconcile.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resources: Vec<ResourceStatus>,
+    /// The last reconcile that changed the cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operation: Option<OperationSummary>,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum Sync {
+    Synced,
+    OutOfSync,
+    #[default]
+    Unknown,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SyncStatus {
+    pub status: Sync,
+    /// The commit the live state was compared with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<String>,
+}
+
+/// Ordered from best to worst: an Application's health is its worst resource's.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+)]
+pub enum Health {
+    Healthy,
+    Progressing,
+    #[default]
+    Unknown,
+    Missing,
+    Degraded,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HealthStatus {
+    pub status: Health,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourceStatus {
+    pub group: String,
+    pub version: String,
+    pub kind: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    pub name: String,
+    pub sync: Sync,
+    pub health: Health,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct OperationSummary {
+    pub revision: String,
+    pub applied: u32,
+    pub pruned: u32,
+    pub unchanged: u32,
+    pub duration_ms: u64,
+    /// RFC 3339.
+    pub finished_at: String,
+}

@@ -1,0 +1,100 @@
+//! The one shared context of a Setpoint process: the Kubernetes client (with
+//! its request counter), the Git mirrors, the discovery cache. Cloned cheaply
+//! into every reconcile.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use http::{Method, Request};
+use kube::client::{Body, ClientBuilder};
+use kube::runtime::events::Reporter;
+use kube::{Client, Config};
+use tower::util::MapRequestLayer;
+
+use crate::reconcile::kinds::Kinds;
+use crate::source::git::GitSource;
+
+#[derive(Clone)]
+pub struct Context(Arc<Inner>);
+
+pub struct Inner {
+    pub client: Client,
+    pub requests: RequestCounter,
+    pub git: GitSource,
+    pub kinds: Kinds,
+    pub reporter: Reporter,
+}
+
+impl std::ops::Deref for Context {
+    type Target = Inner;
+    fn deref(&self) -> &Inner {
+        &self.0
+    }
+}
+
+impl Context {
+    /// A context whose client counts every request it sends.
+    pub fn new(config: Config, cache_dir: PathBuf) -> Result<Self, kube::Error> {
+        let requests = RequestCounter::default();
+        let client = counted_client(config, &requests)?;
+        let reporter = Reporter {
+            controller: "setpoint".into(),
+            instance: std::env::var("POD_NAME")
+                .ok()
+                .or_else(|| std::env::var("HOSTNAME").ok()),
+        };
+        Ok(Self(Arc::new(Inner {
+            client,
+            requests,
+            git: GitSource::new(cache_dir),
+            kinds: Kinds::default(),
+            reporter,
+        })))
+    }
+}
+
+/// Builds a client whose every request is counted by `requests`.
+pub fn counted_client(config: Config, requests: &RequestCounter) -> Result<Client, kube::Error> {
+    let counter = requests.clone();
+    let layer = MapRequestLayer::new(move |request: Request<Body>| {
+        counter.record(request.method());
+        request
+    });
+    Ok(ClientBuilder::try_from(config)?.with_layer(&layer).build())
+}
+
+/// How many requests went to the API server, reads and writes apart: the
+/// idempotence tests and the benchmarks read it.
+#[derive(Clone, Default)]
+pub struct RequestCounter(Arc<[AtomicU64; 2]>);
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RequestCount {
+    pub reads: u64,
+    pub writes: u64,
+}
+
+impl RequestCounter {
+    fn record(&self, method: &Method) {
+        let write = !matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS);
+        self.0[write as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn get(&self) -> RequestCount {
+        RequestCount {
+            reads: self.0[0].load(Ordering::Relaxed),
+            writes: self.0[1].load(Ordering::Relaxed),
+        }
+    }
+}
+
+impl std::ops::Sub for RequestCount {
+    type Output = RequestCount;
+    fn sub(self, earlier: RequestCount) -> RequestCount {
+        RequestCount {
+            reads: self.reads - earlier.reads,
+            writes: self.writes - earlier.writes,
+        }
+    }
+}

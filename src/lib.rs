@@ -1,0 +1,14 @@
+//! Setpoint: a GitOps reconciler. Git holds the desired state of a
+//! Kubernetes cluster; Setpoint keeps the live cluster equal to it.
+//!
+//! The modules follow one event through the loop: `api` (the Application
+//! resource), `source` (Git and rendering), `reconcile` (plan, apply, prune,
+//! health, status), `report` (Events). See ARCHITECTURE.md.
+
+pub mod api;
+pub mod cli;
+pub mod context;
+pub mod manifest;
+pub mod reconcile;
+pub mod report;
+pub mod source;

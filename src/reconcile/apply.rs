@@ -1,0 +1,286 @@
+//! Apply: server-side apply of the objects the policy chose, with the one
+//! field manager `setpoint`, in a fixed order:
+//!
+//! 1. Namespaces, then CustomResourceDefinitions (waiting until each is
+//!    Established, so instances in the same commit can follow);
+//! 2. configuration, RBAC, services and custom resources;
+//! 3. workloads last, so they start with everything they refer to in place.
+//!
+//! Before anything is written, every object whose kind already exists is sent
+//! as a server-side dry run: an object the API server rejects stops the sync
+//! with nothing changed.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use kube::Client;
+use kube::api::{DeleteParams, Patch, PatchParams, Preconditions, PropagationPolicy};
+use serde_json::Value;
+
+use crate::manifest::ObjectId;
+use crate::reconcile::kinds::{KindError, Kinds};
+use crate::reconcile::live::api_for;
+use crate::reconcile::plan::FIELD_MANAGER;
+use crate::reconcile::prepare::Desired;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApplyError {
+    #[error("the API server rejected {id}: {}", status_message(.source))]
+    Rejected {
+        id: ObjectId,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("failed to apply {id}: {source}")]
+    ApplyObject {
+        id: ObjectId,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("CustomResourceDefinition {name} was not Established within {timeout:?}")]
+    CrdNotEstablished { name: String, timeout: Duration },
+    #[error("failed to resolve the kind of {id}: {source}")]
+    Kind {
+        id: ObjectId,
+        #[source]
+        source: KindError,
+    },
+    #[error("failed to prune {id}: {source}")]
+    Prune {
+        id: ObjectId,
+        #[source]
+        source: kube::Error,
+    },
+}
+
+impl ApplyError {
+    pub fn is_transient(&self) -> bool {
+        match self {
+            ApplyError::Rejected { .. } => false,
+            ApplyError::Kind { source, .. } => source.is_transient(),
+            _ => true,
+        }
+    }
+}
+
+fn status_message(error: &kube::Error) -> String {
+    match error {
+        kube::Error::Api(status) => status.message.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// A request the API server refuses for the object's own sake (invalid,
+/// malformed, forbidden, its namespace missing) rather than a passing fault.
+fn is_rejection(error: &kube::Error) -> bool {
+    match error {
+        kube::Error::Api(s) => {
+            matches!(s.code, 400 | 403 | 404 | 405 | 413 | 415 | 422)
+                // Server-side apply answers 500 when a field has the wrong type.
+                || (s.code == 500 && s.message.contains("failed to create typed patch object"))
+        }
+        _ => false,
+    }
+}
+
+/// Apply order: lower first. Helm's install order, with workloads last.
+pub fn rank(group: &str, kind: &str) -> u8 {
+    match (group, kind) {
+        ("", "Namespace") => 0,
+        ("apiextensions.k8s.io", "CustomResourceDefinition") => 1,
+        (_, "NetworkPolicy" | "ResourceQuota" | "LimitRange" | "PodDisruptionBudget") => 2,
+        ("", "ServiceAccount" | "Secret" | "ConfigMap") => 3,
+        (_, "StorageClass" | "PersistentVolume" | "PersistentVolumeClaim") => 4,
+        ("rbac.authorization.k8s.io", "ClusterRole" | "ClusterRoleBinding") => 5,
+        ("rbac.authorization.k8s.io", "Role" | "RoleBinding") => 6,
+        ("", "Service") => 7,
+        ("apps", "DaemonSet") | ("", "Pod" | "ReplicationController") => 9,
+        ("apps", "ReplicaSet" | "Deployment" | "StatefulSet") => 9,
+        ("autoscaling", "HorizontalPodAutoscaler") | ("batch", "Job" | "CronJob") => 10,
+        ("networking.k8s.io", "IngressClass" | "Ingress") => 11,
+        ("apiregistration.k8s.io", "APIService") => 12,
+        _ => 8,
+    }
+}
+
+/// The result of applying one object: what the API server returned.
+pub struct Applied {
+    pub id: ObjectId,
+    pub live: Value,
+}
+
+fn apply_params(dry_run: bool) -> PatchParams {
+    let mut params = PatchParams::apply(FIELD_MANAGER).force();
+    params.dry_run = dry_run;
+    params
+}
+
+/// Dry-runs, then applies, `chosen` (indexes into `desired`) in order.
+pub async fn apply(
+    client: &Client,
+    kinds: &Kinds,
+    desired: &mut [Desired],
+    chosen: &[usize],
+) -> Result<Vec<Applied>, ApplyError> {
+    let mut order: Vec<usize> = chosen.to_vec();
+    order.sort_by_key(|&i| {
+        let id = &desired[i].manifest.id;
+        (rank(&id.group, &id.kind), i)
+    });
+
+    // Dry run of everything whose kind the server already serves.
+    for &i in &order {
+        let d = &desired[i];
+        let Some(kind) = &d.kind else { continue };
+        let id = &d.manifest.id;
+        // An object in a namespace this same sync creates cannot be dry-run yet.
+        if id
+            .namespace
+            .as_ref()
+            .is_some_and(|ns| namespace_in(desired, chosen, ns))
+        {
+            continue;
+        }
+        let api = api_for(client, &kind.resource, id.namespace.as_deref());
+        if let Err(source) = api
+            .patch(
+                &id.name,
+                &apply_params(true),
+                &Patch::Apply(&d.manifest.body),
+            )
+            .await
+        {
+            return Err(classify(id, source));
+        }
+    }
+
+    let mut applied = Vec::with_capacity(order.len());
+    let mut crds_applied = Vec::new();
+    for &i in &order {
+        let id = desired[i].manifest.id.clone();
+        if desired[i].kind.is_none() {
+            // Instances of a CRD from this sync: wait for the CRDs, then resolve.
+            wait_established(client, &crds_applied).await?;
+            let kind = kinds
+                .resolve(client, &id.api_version(), &id.kind)
+                .await
+                .map_err(|source| ApplyError::Kind {
+                    id: id.clone(),
+                    source,
+                })?;
+            desired[i].kind = Some(kind);
+        }
+        let d = &desired[i];
+        let kind = d.kind.as_ref().expect("resolved above");
+        let api = api_for(client, &kind.resource, id.namespace.as_deref());
+        let live = api
+            .patch(
+                &id.name,
+                &apply_params(false),
+                &Patch::Apply(&d.manifest.body),
+            )
+            .await
+            .map_err(|source| classify(&id, source))?;
+        if id.group == "apiextensions.k8s.io" && id.kind == "CustomResourceDefinition" {
+            crds_applied.push(id.name.clone());
+        }
+        applied.push(Applied {
+            id,
+            live: serde_json::to_value(&live).expect("serializes"),
+        });
+    }
+    Ok(applied)
+}
+
+fn namespace_in(desired: &[Desired], chosen: &[usize], namespace: &str) -> bool {
+    chosen.iter().any(|&i| {
+        let id = &desired[i].manifest.id;
+        id.group.is_empty() && id.kind == "Namespace" && id.name == namespace
+    })
+}
+
+fn classify(id: &ObjectId, source: kube::Error) -> ApplyError {
+    if is_rejection(&source) {
+        ApplyError::Rejected {
+            id: id.clone(),
+            source,
+        }
+    } else {
+        ApplyError::ApplyObject {
+            id: id.clone(),
+            source,
+        }
+    }
+}
+
+const CRD_TIMEOUT: Duration = Duration::from_secs(60);
+
+async fn wait_established(client: &Client, names: &[String]) -> Result<(), ApplyError> {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let api: kube::Api<CustomResourceDefinition> = kube::Api::all(client.clone());
+    for name in names {
+        let established = kube::runtime::wait::await_condition(
+            api.clone(),
+            name,
+            kube::runtime::wait::conditions::is_crd_established(),
+        );
+        match tokio::time::timeout(CRD_TIMEOUT, established).await {
+            Ok(Ok(_)) => {}
+            _ => {
+                return Err(ApplyError::CrdNotEstablished {
+                    name: name.clone(),
+                    timeout: CRD_TIMEOUT,
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Deletes objects of this Application that Git no longer has, workloads
+/// first and namespaces last, each only if it is still the object that was
+/// listed (uid precondition).
+pub async fn prune(
+    client: &Client,
+    kinds: &Kinds,
+    targets: &[ObjectId],
+    live: &HashMap<ObjectId, Value>,
+) -> Result<Vec<ObjectId>, ApplyError> {
+    let mut order: Vec<&ObjectId> = targets.iter().collect();
+    order.sort_by_key(|id| std::cmp::Reverse(rank(&id.group, &id.kind)));
+    let mut pruned = Vec::new();
+    for id in order {
+        let kind = kinds
+            .resolve(client, &id.api_version(), &id.kind)
+            .await
+            .map_err(|source| ApplyError::Kind {
+                id: id.clone(),
+                source,
+            })?;
+        let api = api_for(client, &kind.resource, id.namespace.as_deref());
+        let uid = live
+            .get(id)
+            .and_then(|o| o["metadata"]["uid"].as_str())
+            .map(String::from);
+        let params = DeleteParams {
+            propagation_policy: Some(PropagationPolicy::Background),
+            preconditions: uid.map(|uid| Preconditions {
+                uid: Some(uid),
+                resource_version: None,
+            }),
+            ..Default::default()
+        };
+        match api.delete(&id.name, &params).await {
+            Ok(_) => pruned.push(id.clone()),
+            // Already gone, or replaced by another object of the same name.
+            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
+            Err(source) => {
+                return Err(ApplyError::Prune {
+                    id: id.clone(),
+                    source,
+                });
+            }
+        }
+    }
+    Ok(pruned)
+}

@@ -1,0 +1,203 @@
+//! Live: what the cluster holds of an Application's objects. One labelled list
+//! per (kind, namespace) in use, plus a GET for each desired object the lists
+//! did not return (one that exists without Setpoint's label). Kinds listed in
+//! the last status but gone from Git are listed too, so their objects can be
+//! pruned.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use kube::api::{DynamicObject, ListParams};
+use kube::discovery::ApiResource;
+use kube::{Api, Client};
+use serde_json::Value;
+
+use crate::api::Application;
+use crate::manifest::ObjectId;
+use crate::reconcile::kinds::{Kind, Kinds};
+use crate::reconcile::plan::LiveState;
+use crate::reconcile::prepare::{APP_ANNOTATION, APP_LABEL, Desired, app_label_value, owner_key};
+
+#[derive(Debug, thiserror::Error)]
+pub enum LiveError {
+    #[error("failed to list {kind} in {scope}: {source}")]
+    List {
+        kind: String,
+        scope: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("failed to read {id}: {source}")]
+    Get {
+        id: ObjectId,
+        #[source]
+        source: kube::Error,
+    },
+}
+
+/// A kind Setpoint could not list (403): skipped and reported, never guessed.
+#[derive(Debug, Clone)]
+pub struct Skipped {
+    pub kind: String,
+    pub scope: String,
+    pub message: String,
+}
+
+pub fn api_for(
+    client: &Client,
+    resource: &ApiResource,
+    namespace: Option<&str>,
+) -> Api<DynamicObject> {
+    match namespace {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, resource),
+        None => Api::all_with(client.clone(), resource),
+    }
+}
+
+pub async fn read(
+    client: &Client,
+    kinds: &Kinds,
+    app: &Application,
+    desired: &[Desired],
+) -> Result<(LiveState, Vec<Skipped>), LiveError> {
+    let label = format!("{APP_LABEL}={}", app_label_value(app));
+    let owner = owner_key(app);
+    let previously_applied: BTreeSet<ObjectId> = app
+        .status
+        .iter()
+        .flat_map(|s| &s.resources)
+        .map(|r| ObjectId {
+            group: r.group.clone(),
+            version: r.version.clone(),
+            kind: r.kind.clone(),
+            namespace: r.namespace.clone(),
+            name: r.name.clone(),
+        })
+        .collect();
+
+    // (apiVersion, kind, namespace) → the resource to list it with.
+    let mut scopes: BTreeMap<(String, String, Option<String>), Kind> = BTreeMap::new();
+    for d in desired {
+        if let Some(kind) = &d.kind {
+            let id = &d.manifest.id;
+            scopes.insert(
+                (id.api_version(), id.kind.clone(), id.namespace.clone()),
+                kind.clone(),
+            );
+        }
+    }
+    for id in &previously_applied {
+        let key = (id.api_version(), id.kind.clone(), id.namespace.clone());
+        if scopes
+            .keys()
+            .any(|(av, k, ns)| *k == key.1 && *ns == key.2 && same_group(av, id))
+        {
+            continue;
+        }
+        // A kind that is gone (its CRD deleted) has nothing left to prune.
+        if let Ok(kind) = kinds.resolve(client, &key.0, &key.1).await {
+            scopes.insert(key, kind);
+        }
+    }
+
+    let mut objects: HashMap<ObjectId, Value> = HashMap::new();
+    let mut owned = BTreeSet::new();
+    let mut skipped = Vec::new();
+    for ((api_version, kind_name, namespace), kind) in &scopes {
+        let api = api_for(client, &kind.resource, namespace.as_deref());
+        let scope = namespace.clone().unwrap_or_else(|| "the cluster".into());
+        let list = match api.list(&ListParams::default().labels(&label)).await {
+            Ok(list) => list,
+            Err(kube::Error::Api(status)) if status.code == 403 => {
+                skipped.push(Skipped {
+                    kind: format!("{api_version} {kind_name}"),
+                    scope,
+                    message: status.message.clone(),
+                });
+                continue;
+            }
+            Err(source) => {
+                return Err(LiveError::List {
+                    kind: kind_name.clone(),
+                    scope,
+                    source,
+                });
+            }
+        };
+        for object in list.items {
+            let Some(name) = object.metadata.name.clone() else {
+                continue;
+            };
+            let is_ours = object
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(APP_ANNOTATION))
+                .is_some_and(|a| *a == owner);
+            let (group, version) = crate::manifest::split_api_version(api_version);
+            let id = ObjectId {
+                group: group.into(),
+                version: version.into(),
+                kind: kind_name.clone(),
+                namespace: object.metadata.namespace.clone(),
+                name,
+            };
+            if is_ours {
+                owned.insert(id.clone());
+            }
+            objects.insert(id, listed_object(object, api_version, kind_name));
+        }
+    }
+
+    // Desired objects the labelled lists did not return: they may exist
+    // unlabelled (made by hand, or by another tool) and will be adopted.
+    for d in desired {
+        let (Some(kind), id) = (&d.kind, &d.manifest.id) else {
+            continue;
+        };
+        if objects.contains_key(id) {
+            continue;
+        }
+        let api = api_for(client, &kind.resource, id.namespace.as_deref());
+        match api.get_opt(&id.name).await {
+            Ok(Some(object)) => {
+                objects.insert(
+                    id.clone(),
+                    serde_json::to_value(&object).expect("objects serialize"),
+                );
+            }
+            Ok(None) => {}
+            Err(kube::Error::Api(status)) if status.code == 403 => skipped.push(Skipped {
+                kind: format!("{} {}", id.api_version(), id.kind),
+                scope: id.namespace.clone().unwrap_or_else(|| "the cluster".into()),
+                message: status.message.clone(),
+            }),
+            Err(source) => {
+                return Err(LiveError::Get {
+                    id: id.clone(),
+                    source,
+                });
+            }
+        }
+    }
+    Ok((
+        LiveState {
+            objects,
+            owned,
+            previously_applied,
+        },
+        skipped,
+    ))
+}
+
+/// List items come without `apiVersion` and `kind`; put them back so the
+/// object reads as a GET would return it.
+fn listed_object(object: DynamicObject, api_version: &str, kind: &str) -> Value {
+    let mut value = serde_json::to_value(&object).expect("objects serialize");
+    value["apiVersion"] = Value::String(api_version.to_string());
+    value["kind"] = Value::String(kind.to_string());
+    value
+}
+
+fn same_group(api_version: &str, id: &ObjectId) -> bool {
+    crate::manifest::split_api_version(api_version).0 == id.group
+}

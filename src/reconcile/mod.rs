@@ -1,0 +1,542 @@
+//! Reconcile: make the live cluster equal to Git for one Application, and say
+//! truthfully what was done. The steps, in order:
+//!
+//! 1. source  — fetch the repository and read the files at the revision;
+//! 2. render  — files → manifests;
+//! 3. prepare — resolve kinds, set namespaces, mark ownership;
+//! 4. live    — read the objects the cluster holds;
+//! 5. plan    — desired × live → create / update / unchanged / prune (pure);
+//! 6. policy  — which of those this reconcile may do (pure);
+//! 7. apply   — server-side apply in order, then prune;
+//! 8. health and status — written only when changed; Events for what happened.
+
+pub mod apply;
+pub mod health;
+pub mod kinds;
+pub mod live;
+pub mod plan;
+pub mod policy;
+pub mod prepare;
+pub mod status;
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::Api;
+use kube::api::{Patch, PatchParams};
+use serde_json::{Value, json};
+
+use crate::api::{Application, ApplicationStatus, Health, OperationSummary, ResourceStatus, Sync};
+use crate::context::Context;
+use crate::manifest::ObjectId;
+use crate::report::events::{Events, error_chain};
+use crate::source::git::{CheckoutRequest, Credentials, GitError};
+use crate::source::render::{Directory, RenderError, Renderer};
+
+use apply::ApplyError;
+use live::LiveError;
+use plan::{Action, Cause, Plan};
+use prepare::PrepareError;
+use status::{Ending, Report, short};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    #[error(transparent)]
+    Source(#[from] GitError),
+    #[error("invalid manifest: {0}")]
+    Render(#[from] RenderError),
+    #[error(transparent)]
+    Prepare(#[from] PrepareError),
+    #[error(transparent)]
+    Live(#[from] LiveError),
+    #[error(transparent)]
+    Apply(#[from] ApplyError),
+    #[error("failed to read the credentials Secret {namespace}/{name}: {message}")]
+    Credentials {
+        namespace: String,
+        name: String,
+        message: String,
+    },
+    #[error("failed to write the status of {app}: {source}")]
+    WriteStatus {
+        app: String,
+        #[source]
+        source: kube::Error,
+    },
+}
+
+impl ReconcileError {
+    /// Transient errors are retried with backoff; the others wait for a
+    /// change in Git or in the Application.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            ReconcileError::Source(e) => e.is_transient(),
+            ReconcileError::Render(_) => false,
+            ReconcileError::Prepare(e) => e.is_transient(),
+            ReconcileError::Live(_) => true,
+            ReconcileError::Apply(e) => e.is_transient(),
+            ReconcileError::Credentials { .. } => false,
+            ReconcileError::WriteStatus { .. } => true,
+        }
+    }
+
+    /// The condition reason and Event reason.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            ReconcileError::Source(GitError::RevisionNotFound { .. }) => "RevisionNotFound",
+            ReconcileError::Source(
+                GitError::PathNotFound { .. } | GitError::NotADirectory { .. },
+            ) => "PathNotFound",
+            ReconcileError::Source(_) => "FetchFailed",
+            ReconcileError::Render(_) => "InvalidManifest",
+            ReconcileError::Prepare(PrepareError::Duplicate(_)) => "InvalidManifest",
+            ReconcileError::Prepare(e) if e.is_transient() => "DiscoveryFailed",
+            ReconcileError::Prepare(_) => "UnknownKind",
+            ReconcileError::Live(_) => "ReadLiveFailed",
+            ReconcileError::Apply(ApplyError::Rejected { .. }) => "ApplyRejected",
+            ReconcileError::Apply(ApplyError::Prune { .. }) => "PruneFailed",
+            ReconcileError::Apply(_) => "ApplyFailed",
+            ReconcileError::Credentials { .. } => "CredentialsInvalid",
+            ReconcileError::WriteStatus { .. } => "StatusWriteFailed",
+        }
+    }
+}
+
+/// What asked for this reconcile.
+#[derive(Clone, Debug, Default)]
+pub struct Request {
+    /// A sync someone asked for: applies and prunes whatever the policy says.
+    pub manual: bool,
+    /// Plan only: no writes at all (`setpoint diff`).
+    pub dry_run: bool,
+    /// A commit a webhook announced: the fetch is skipped when it is known.
+    pub known_commit: Option<String>,
+}
+
+/// What one reconcile found and did.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    pub revision: Option<String>,
+    pub plan: Option<Plan>,
+    pub applied: Vec<ObjectId>,
+    pub pruned: Vec<ObjectId>,
+    /// Steps the policy left alone (OutOfSync).
+    pub skipped: Vec<ObjectId>,
+    pub status: ApplicationStatus,
+    pub status_written: bool,
+    /// Check back after this long (something is still progressing).
+    pub requeue_after: Option<Duration>,
+}
+
+impl Outcome {
+    pub fn in_sync(&self) -> bool {
+        self.plan.as_ref().is_some_and(|p| p.is_in_sync())
+    }
+}
+
+/// One reconcile of one Application.
+pub async fn reconcile(
+    ctx: &Context,
+    app: &Application,
+    request: &Request,
+) -> Result<Outcome, ReconcileError> {
+    let started = Instant::now();
+    let events = Events::new(ctx.client.clone(), ctx.reporter.clone(), app);
+    if app.spec.suspend && !request.dry_run {
+        let status = status::build(Report {
+            previous: app.status.as_ref(),
+            generation: app.metadata.generation,
+            revision: app.status.as_ref().and_then(|s| s.sync.revision.clone()),
+            resources: None,
+            ending: Ending::Suspended,
+            operation: None,
+            now: now(),
+        });
+        let status_written = write_status(ctx, app, &status).await?;
+        return Ok(Outcome {
+            status,
+            status_written,
+            ..Default::default()
+        });
+    }
+    let mut revision = None;
+    match sync(ctx, app, request, &events, started, &mut revision).await {
+        Ok(outcome) => Ok(outcome),
+        Err(error) if request.dry_run => Err(error),
+        Err(error) => {
+            let message = error_chain(&error);
+            let reason = error.reason().to_string();
+            let ending = if error.is_transient() {
+                Ending::Retrying {
+                    reason: reason.clone(),
+                    message: message.clone(),
+                }
+            } else {
+                Ending::Stalled {
+                    reason: reason.clone(),
+                    message: message.clone(),
+                }
+            };
+            let status = status::build(Report {
+                previous: app.status.as_ref(),
+                generation: app.metadata.generation,
+                revision: revision.clone(),
+                resources: None,
+                ending,
+                operation: None,
+                now: now(),
+            });
+            tracing::warn!(app = %prepare::owner_key(app), reason, error = %message, "reconcile failed");
+            // One Warning per distinct failure, not one per retry.
+            if write_status(ctx, app, &status).await.unwrap_or(false) {
+                events.warning(&reason, "Reconcile", message).await;
+            }
+            Err(error)
+        }
+    }
+}
+
+async fn sync(
+    ctx: &Context,
+    app: &Application,
+    request: &Request,
+    events: &Events,
+    started: Instant,
+    revision_out: &mut Option<String>,
+) -> Result<Outcome, ReconcileError> {
+    let source = &app.spec.source;
+    let credentials = credentials(ctx, app).await?;
+    let checkout = ctx
+        .git
+        .checkout(&CheckoutRequest {
+            url: &source.repo_url,
+            revision: source.target_revision.as_deref(),
+            path: source.path.as_deref(),
+            credentials: credentials.as_ref(),
+            known_commit: request.known_commit.as_deref(),
+        })
+        .await?;
+    let revision = checkout.commit.clone();
+    *revision_out = Some(revision.clone());
+
+    let manifests = Directory.render(&checkout.files)?;
+    let mut desired = prepare::prepare(&ctx.client, &ctx.kinds, app, manifests).await?;
+    let (live, skipped_kinds) = live::read(&ctx.client, &ctx.kinds, app, &desired).await?;
+    let desired_manifests: Vec<_> = desired.iter().map(|d| d.manifest.clone()).collect();
+    let plan = plan::plan(&desired_manifests, &live);
+    if request.dry_run {
+        return Ok(Outcome {
+            revision: Some(revision),
+            plan: Some(plan),
+            ..Default::default()
+        });
+    }
+
+    let previous = app.status.as_ref();
+    let trigger = policy::Trigger {
+        manual: request.manual,
+        new_revision: previous.and_then(|s| s.last_applied_revision.as_deref()) != Some(&revision),
+    };
+    let decision = policy::decide(&plan, &app.spec.sync_policy, trigger, desired.len());
+    let index: HashMap<&ObjectId, usize> = desired_manifests
+        .iter()
+        .enumerate()
+        .map(|(i, m)| (&m.id, i))
+        .collect();
+    let chosen: Vec<usize> = decision.apply.iter().map(|s| index[&s.id]).collect();
+    let applied = apply::apply(&ctx.client, &ctx.kinds, &mut desired, &chosen).await?;
+    let prune_targets: Vec<ObjectId> = decision.prune.iter().map(|s| s.id.clone()).collect();
+    let pruned = apply::prune(&ctx.client, &ctx.kinds, &prune_targets, &live.objects).await?;
+
+    // Health and per-object status, from what the API server returned.
+    let applied_live: HashMap<&ObjectId, &Value> =
+        applied.iter().map(|a| (&a.id, &a.live)).collect();
+    let skipped: Vec<&ObjectId> = decision.skipped.iter().map(|s| &s.id).collect();
+    let mut resources = Vec::with_capacity(plan.steps.len());
+    for step in &plan.steps {
+        let id = &step.id;
+        if pruned.contains(id) {
+            continue;
+        }
+        let live_now = applied_live
+            .get(id)
+            .copied()
+            .or_else(|| live_object(&live.objects, id));
+        let assessment = match live_now {
+            Some(object) => health::assess(&id.group, &id.kind, object),
+            None => health::Assessment {
+                status: Health::Missing,
+                message: Some("not in the cluster".into()),
+            },
+        };
+        let is_skipped = skipped.contains(&id);
+        let message = if is_skipped {
+            Some(skipped_message(step, decision.prune_blocked.as_deref()))
+        } else {
+            assessment.message
+        };
+        resources.push(ResourceStatus {
+            group: id.group.clone(),
+            version: id.version.clone(),
+            kind: id.kind.clone(),
+            namespace: id.namespace.clone(),
+            name: id.name.clone(),
+            sync: if is_skipped {
+                Sync::OutOfSync
+            } else {
+                Sync::Synced
+            },
+            health: assessment.status,
+            message,
+        });
+    }
+
+    let changed = !applied.is_empty() || !pruned.is_empty();
+    let operation = changed.then(|| OperationSummary {
+        revision: revision.clone(),
+        applied: applied.len() as u32,
+        pruned: pruned.len() as u32,
+        unchanged: plan
+            .steps
+            .iter()
+            .filter(|s| matches!(s.action, Action::Unchanged))
+            .count() as u32,
+        duration_ms: started.elapsed().as_millis() as u64,
+        finished_at: now(),
+    });
+    let note = skipped_kinds
+        .first()
+        .map(|s| format!("cannot list {} in {}: {}", s.kind, s.scope, s.message))
+        .or(decision.prune_blocked.clone());
+    let out_of_sync = decision.skipped.len() + skipped_kinds.len();
+    let new_status = status::build(Report {
+        previous,
+        generation: app.metadata.generation,
+        revision: Some(revision.clone()),
+        resources: Some(resources),
+        ending: Ending::Done { out_of_sync, note },
+        operation,
+        now: now(),
+    });
+    let status_written = write_status(ctx, app, &new_status).await?;
+
+    report_events(
+        events,
+        &plan,
+        &applied,
+        &pruned,
+        &revision,
+        previous,
+        &new_status,
+    )
+    .await;
+    let requeue_after = matches!(
+        new_status.health.status,
+        Health::Progressing | Health::Unknown
+    )
+    .then_some(Duration::from_secs(2));
+    Ok(Outcome {
+        revision: Some(revision),
+        applied: applied.into_iter().map(|a| a.id).collect(),
+        pruned,
+        skipped: skipped.into_iter().cloned().collect(),
+        plan: Some(plan),
+        status: new_status,
+        status_written,
+        requeue_after,
+    })
+}
+
+fn live_object<'a>(objects: &'a HashMap<ObjectId, Value>, id: &ObjectId) -> Option<&'a Value> {
+    objects.get(id).or_else(|| {
+        objects
+            .iter()
+            .find(|(k, _)| k.same_object(id))
+            .map(|(_, v)| v)
+    })
+}
+
+fn skipped_message(step: &plan::Step, prune_blocked: Option<&str>) -> String {
+    match &step.action {
+        Action::Create { deleted_live: true } => {
+            "deleted from the cluster; not in sync with Git".into()
+        }
+        Action::Create { .. } => "not yet created".into(),
+        Action::Update { drift, .. } => {
+            let fields: Vec<String> = drift.iter().take(3).map(|d| d.to_string()).collect();
+            format!("differs from Git: {}", fields.join(", "))
+        }
+        Action::Prune => prune_blocked
+            .unwrap_or("not in Git; pruning is off")
+            .to_string(),
+        Action::Unchanged => String::new(),
+    }
+}
+
+async fn report_events(
+    events: &Events,
+    plan: &Plan,
+    applied: &[apply::Applied],
+    pruned: &[ObjectId],
+    revision: &str,
+    previous: Option<&ApplicationStatus>,
+    status: &ApplicationStatus,
+) {
+    for step in &plan.steps {
+        if !applied.iter().any(|a| a.id == step.id) {
+            continue;
+        }
+        match &step.action {
+            Action::Update {
+                cause: Cause::Drift,
+                drift,
+            } => {
+                let fields: Vec<String> = drift.iter().map(|d| d.to_string()).collect();
+                events
+                    .normal(
+                        "DriftCorrected",
+                        "Apply",
+                        format!("{}: {}", step.id, fields.join(", ")),
+                    )
+                    .await;
+            }
+            Action::Create { deleted_live: true } => {
+                events
+                    .normal(
+                        "DriftCorrected",
+                        "Apply",
+                        format!("{}: recreated (it was deleted outside Setpoint)", step.id),
+                    )
+                    .await;
+            }
+            _ => {}
+        }
+    }
+    if !pruned.is_empty() {
+        let names: Vec<String> = pruned.iter().map(|id| id.to_string()).collect();
+        events
+            .normal("Pruned", "Prune", format!("pruned {}", names.join(", ")))
+            .await;
+    }
+    if !applied.is_empty() || !pruned.is_empty() {
+        let unchanged = plan
+            .steps
+            .iter()
+            .filter(|s| matches!(s.action, Action::Unchanged))
+            .count();
+        events
+            .normal(
+                "Synced",
+                "Sync",
+                format!(
+                    "synced to revision {}: applied {}, pruned {}, unchanged {}",
+                    short(Some(revision)),
+                    applied.len(),
+                    pruned.len(),
+                    unchanged
+                ),
+            )
+            .await;
+    }
+    let was_synced = previous.is_some_and(|s| s.sync.status == Sync::Synced);
+    if was_synced && status.sync.status == Sync::OutOfSync {
+        let drifted: Vec<String> = status
+            .resources
+            .iter()
+            .filter(|r| r.sync == Sync::OutOfSync)
+            .map(|r| {
+                format!(
+                    "{} {}: {}",
+                    r.kind,
+                    r.name,
+                    r.message.as_deref().unwrap_or("")
+                )
+            })
+            .collect();
+        events
+            .warning("DriftDetected", "Compare", drifted.join("; "))
+            .await;
+    }
+}
+
+/// Writes the status through the status subresource, only when it changed.
+/// Returns whether it wrote.
+async fn write_status(
+    ctx: &Context,
+    app: &Application,
+    status: &ApplicationStatus,
+) -> Result<bool, ReconcileError> {
+    if app.status.as_ref() == Some(status) {
+        return Ok(false);
+    }
+    let api: Api<Application> = Api::namespaced(
+        ctx.client.clone(),
+        app.metadata.namespace.as_deref().unwrap_or("default"),
+    );
+    let name = app.metadata.name.as_deref().unwrap_or_default();
+    let patch = json!({
+        "apiVersion": "setpoint.dev/v1alpha1",
+        "kind": "Application",
+        "status": status,
+    });
+    api.patch_status(
+        name,
+        &PatchParams::apply(plan::FIELD_MANAGER).force(),
+        &Patch::Apply(&patch),
+    )
+    .await
+    .map_err(|source| ReconcileError::WriteStatus {
+        app: prepare::owner_key(app),
+        source,
+    })?;
+    Ok(true)
+}
+
+/// Git credentials from the Secret the Application names: `username` and
+/// `password`, or a `token` (sent as the password of user `git`).
+async fn credentials(
+    ctx: &Context,
+    app: &Application,
+) -> Result<Option<Credentials>, ReconcileError> {
+    let Some(name) = app.spec.source.credentials_secret.as_deref() else {
+        return Ok(None);
+    };
+    let namespace = app
+        .metadata
+        .namespace
+        .clone()
+        .unwrap_or_else(|| "default".into());
+    let fail = |message: String| ReconcileError::Credentials {
+        namespace: namespace.clone(),
+        name: name.to_string(),
+        message,
+    };
+    let secret = Api::<Secret>::namespaced(ctx.client.clone(), &namespace)
+        .get(name)
+        .await
+        .map_err(|e| fail(crate::report::events::truncate(&e.to_string(), 200)))?;
+    let data = secret.data.unwrap_or_default();
+    let text = |key: &str| {
+        data.get(key)
+            .map(|v| String::from_utf8_lossy(&v.0).trim().to_string())
+    };
+    match (text("username"), text("password"), text("token")) {
+        (username, Some(password), _) => Ok(Some(Credentials {
+            username: username.unwrap_or_else(|| "git".into()),
+            password,
+        })),
+        (username, None, Some(token)) => Ok(Some(Credentials {
+            username: username.unwrap_or_else(|| "git".into()),
+            password: token,
+        })),
+        _ => Err(fail("it has neither a password nor a token key".into())),
+    }
+}
+
+/// RFC 3339, whole seconds, as Kubernetes writes times.
+pub fn now() -> String {
+    jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string()
+}

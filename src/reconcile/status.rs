@@ -1,0 +1,323 @@
+//! Status: what one reconcile found and did → the Application's status.
+//! Pure; the caller writes it through the status subresource only when it
+//! differs from what is there, so an in-sync reconcile writes nothing.
+
+use crate::api::{
+    ApplicationStatus, Condition, ConditionStatus, ConditionType, Health, HealthStatus,
+    OperationSummary, ResourceStatus, Sync, SyncStatus, set_condition,
+};
+use crate::reconcile::health::worst;
+
+/// How the reconcile ended, for the conditions.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Ending {
+    /// Everything chosen was applied; `out_of_sync` objects were left alone.
+    Done {
+        out_of_sync: usize,
+        note: Option<String>,
+    },
+    /// Bad input: waits for a change in Git or in the Application.
+    Stalled {
+        reason: String,
+        message: String,
+    },
+    /// A passing fault: retried with backoff.
+    Retrying {
+        reason: String,
+        message: String,
+    },
+    Suspended,
+}
+
+pub struct Report<'a> {
+    pub previous: Option<&'a ApplicationStatus>,
+    pub generation: Option<i64>,
+    /// None when the source could not be read.
+    pub revision: Option<String>,
+    /// None when the comparison could not be made (keep the last one).
+    pub resources: Option<Vec<ResourceStatus>>,
+    pub ending: Ending,
+    /// Set when this reconcile changed the cluster.
+    pub operation: Option<OperationSummary>,
+    pub now: String,
+}
+
+pub fn build(report: Report<'_>) -> ApplicationStatus {
+    let previous = report.previous.cloned().unwrap_or_default();
+    let mut status = ApplicationStatus {
+        observed_generation: report.generation,
+        conditions: previous.conditions.clone(),
+        last_applied_revision: previous.last_applied_revision.clone(),
+        operation: report.operation.clone().or(previous.operation.clone()),
+        ..Default::default()
+    };
+    let compared = report.resources.is_some();
+    status.resources = report.resources.unwrap_or(previous.resources.clone());
+    let health = worst(status.resources.iter().map(|r| r.health));
+    let unhealthy: Vec<String> = status
+        .resources
+        .iter()
+        .filter(|r| r.health == health && health != Health::Healthy)
+        .map(|r| {
+            let what = format!("{} {}", r.kind, r.name);
+            match &r.message {
+                Some(m) => format!("{what}: {m}"),
+                None => what,
+            }
+        })
+        .take(3)
+        .collect();
+    status.health = HealthStatus {
+        status: health,
+        message: (!unhealthy.is_empty()).then(|| unhealthy.join("; ")),
+    };
+
+    let sync = match (&report.ending, compared) {
+        (_, false) => Sync::Unknown,
+        (Ending::Done { out_of_sync: 0, .. }, true) => Sync::Synced,
+        _ => Sync::OutOfSync,
+    };
+    status.sync = SyncStatus {
+        status: sync,
+        revision: report.revision.clone(),
+    };
+    if matches!(report.ending, Ending::Done { .. })
+        && report.revision.is_some()
+        && (report.operation.is_some() || sync == Sync::Synced)
+    {
+        status.last_applied_revision = report.revision.clone();
+    }
+
+    let rev = short(report.revision.as_deref());
+    let (ready, reconciling, stalled) = match &report.ending {
+        Ending::Done { out_of_sync: 0, .. } => match health {
+            Health::Healthy => (
+                cond(
+                    true,
+                    "Synced",
+                    format!("applied revision {rev}; all objects healthy"),
+                ),
+                cond(false, "Synced", String::new()),
+                cond(false, "Synced", String::new()),
+            ),
+            Health::Degraded | Health::Missing => (
+                cond(
+                    false,
+                    "Degraded",
+                    status.health.message.clone().unwrap_or_default(),
+                ),
+                cond(false, "Degraded", String::new()),
+                cond(false, "Degraded", String::new()),
+            ),
+            _ => (
+                cond(
+                    false,
+                    "Progressing",
+                    status.health.message.clone().unwrap_or_default(),
+                ),
+                cond(
+                    true,
+                    "Progressing",
+                    status.health.message.clone().unwrap_or_default(),
+                ),
+                cond(false, "Progressing", String::new()),
+            ),
+        },
+        Ending::Done { out_of_sync, note } => {
+            let message = note.clone().unwrap_or_else(|| {
+                format!("{out_of_sync} object(s) differ from revision {rev} and were left alone")
+            });
+            (
+                cond(false, "OutOfSync", message),
+                cond(false, "OutOfSync", String::new()),
+                cond(false, "OutOfSync", String::new()),
+            )
+        }
+        Ending::Stalled { reason, message } => (
+            cond(false, reason, message.clone()),
+            cond(false, reason, String::new()),
+            cond(true, reason, message.clone()),
+        ),
+        Ending::Retrying { reason, message } => (
+            cond(false, reason, message.clone()),
+            cond(true, reason, message.clone()),
+            cond(false, reason, String::new()),
+        ),
+        Ending::Suspended => (
+            cond(
+                false,
+                "Suspended",
+                "spec.suspend is true: nothing is applied".into(),
+            ),
+            cond(false, "Suspended", String::new()),
+            cond(false, "Suspended", String::new()),
+        ),
+    };
+    for (type_, (is_true, reason, message)) in [
+        (ConditionType::Ready, ready),
+        (ConditionType::Reconciling, reconciling),
+        (ConditionType::Stalled, stalled),
+    ] {
+        set_condition(
+            &mut status.conditions,
+            Condition {
+                type_,
+                status: if is_true {
+                    ConditionStatus::True
+                } else {
+                    ConditionStatus::False
+                },
+                reason,
+                message,
+                last_transition_time: report.now.clone(),
+                observed_generation: report.generation,
+            },
+        );
+    }
+    status
+}
+
+fn cond(is_true: bool, reason: &str, message: String) -> (bool, String, String) {
+    (is_true, reason.to_string(), message)
+}
+
+/// The first 12 characters of a commit id, as in a log line.
+pub fn short(revision: Option<&str>) -> String {
+    revision
+        .map(|r| r.chars().take(12).collect())
+        .unwrap_or_else(|| "unknown".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn resource(name: &str, health: Health) -> ResourceStatus {
+        ResourceStatus {
+            group: "apps".into(),
+            version: "v1".into(),
+            kind: "Deployment".into(),
+            namespace: Some("ns".into()),
+            name: name.into(),
+            sync: Sync::Synced,
+            health,
+            message: None,
+        }
+    }
+
+    fn report(
+        previous: Option<&ApplicationStatus>,
+        ending: Ending,
+        now: &str,
+    ) -> ApplicationStatus {
+        build(Report {
+            previous,
+            generation: Some(1),
+            revision: Some("0123456789abcdef".into()),
+            resources: Some(vec![
+                resource("a", Health::Healthy),
+                resource("b", Health::Healthy),
+            ]),
+            ending,
+            operation: None,
+            now: now.into(),
+        })
+    }
+
+    fn ready(status: &ApplicationStatus) -> &Condition {
+        status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == ConditionType::Ready)
+            .unwrap()
+    }
+
+    #[test]
+    fn an_unchanged_reconcile_builds_an_equal_status() {
+        let done = Ending::Done {
+            out_of_sync: 0,
+            note: None,
+        };
+        let first = report(None, done.clone(), "t1");
+        assert_eq!(first.sync.status, Sync::Synced);
+        assert_eq!(first.health.status, Health::Healthy);
+        assert_eq!(ready(&first).status, ConditionStatus::True);
+        assert_eq!(
+            first.last_applied_revision.as_deref(),
+            Some("0123456789abcdef")
+        );
+        let second = report(Some(&first), done, "t2");
+        assert_eq!(first, second, "nothing changed, so nothing to write");
+    }
+
+    #[test]
+    fn stalled_keeps_the_last_applied_revision_and_says_why() {
+        let done = report(
+            None,
+            Ending::Done {
+                out_of_sync: 0,
+                note: None,
+            },
+            "t1",
+        );
+        let stalled = build(Report {
+            previous: Some(&done),
+            generation: Some(2),
+            revision: Some("fedcba".into()),
+            resources: None,
+            ending: Ending::Stalled {
+                reason: "InvalidManifest".into(),
+                message: "a.yaml: document 0, line 3: bad".into(),
+            },
+            operation: None,
+            now: "t2".into(),
+        });
+        assert_eq!(stalled.sync.status, Sync::Unknown);
+        assert_eq!(
+            stalled.last_applied_revision.as_deref(),
+            Some("0123456789abcdef")
+        );
+        assert_eq!(ready(&stalled).reason, "InvalidManifest");
+        assert_eq!(ready(&stalled).last_transition_time, "t2");
+        let s = stalled
+            .conditions
+            .iter()
+            .find(|c| c.type_ == ConditionType::Stalled)
+            .unwrap();
+        assert_eq!(s.status, ConditionStatus::True);
+        assert!(s.message.contains("line 3"));
+    }
+
+    #[test]
+    fn health_is_the_worst_resource_health() {
+        let status = build(Report {
+            previous: None,
+            generation: None,
+            revision: Some("r".into()),
+            resources: Some(vec![
+                resource("a", Health::Healthy),
+                ResourceStatus {
+                    message: Some("2 of 5 available".into()),
+                    ..resource("b", Health::Progressing)
+                },
+            ]),
+            ending: Ending::Done {
+                out_of_sync: 0,
+                note: None,
+            },
+            operation: None,
+            now: "t".into(),
+        });
+        assert_eq!(status.health.status, Health::Progressing);
+        assert_eq!(
+            status.health.message.as_deref(),
+            Some("Deployment b: 2 of 5 available")
+        );
+        let reconciling = status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == ConditionType::Reconciling)
+            .unwrap();
+        assert_eq!(reconciling.status, ConditionStatus::True);
+    }
+}

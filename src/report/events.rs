@@ -1,0 +1,103 @@
+//! Kubernetes Events on the Application: synced to a revision, drift
+//! corrected (field, old → new, who changed it), objects pruned, errors with
+//! their whole chain. Only emitted when something happened, so an in-sync
+//! reconcile writes no Event.
+
+use kube::Resource;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+
+use crate::api::Application;
+
+/// The API server caps an Event's note at 1 kB.
+const NOTE_LIMIT: usize = 1000;
+
+pub struct Events {
+    recorder: Recorder,
+    reference: k8s_openapi::api::core::v1::ObjectReference,
+}
+
+impl Events {
+    pub fn new(client: kube::Client, reporter: Reporter, app: &Application) -> Self {
+        Self {
+            recorder: Recorder::new(client, reporter),
+            reference: app.object_ref(&()),
+        }
+    }
+
+    pub async fn normal(&self, reason: &str, action: &str, note: String) {
+        self.publish(EventType::Normal, reason, action, note).await;
+    }
+
+    pub async fn warning(&self, reason: &str, action: &str, note: String) {
+        self.publish(EventType::Warning, reason, action, note).await;
+    }
+
+    async fn publish(&self, type_: EventType, reason: &str, action: &str, note: String) {
+        let event = Event {
+            type_,
+            reason: reason.into(),
+            note: Some(truncate(&note, NOTE_LIMIT)),
+            action: action.into(),
+            secondary: None,
+        };
+        // An Event that cannot be written must not fail the reconcile.
+        if let Err(error) = self.recorder.publish(&event, &self.reference).await {
+            tracing::warn!(%error, reason, "failed to publish an event");
+        }
+    }
+}
+
+/// `error: cause: cause`, the whole chain.
+pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut chain = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let text = cause.to_string();
+        if !chain.contains(&text) {
+            chain.push_str(": ");
+            chain.push_str(&text);
+        }
+        source = cause.source();
+    }
+    chain
+}
+
+/// At most `limit` bytes, cut on a character boundary, with an ellipsis.
+pub fn truncate(text: &str, limit: usize) -> String {
+    if text.len() <= limit {
+        return text.to_string();
+    }
+    let mut end = limit.saturating_sub(3);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}...", &text[..end])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("failed to fetch repo")]
+    struct Outer(#[source] Inner);
+    #[derive(Debug, thiserror::Error)]
+    #[error("connection refused")]
+    struct Inner;
+
+    #[test]
+    fn the_chain_joins_every_cause_once() {
+        assert_eq!(
+            error_chain(&Outer(Inner)),
+            "failed to fetch repo: connection refused"
+        );
+    }
+
+    #[test]
+    fn truncation_respects_characters() {
+        assert_eq!(truncate("abc", 10), "abc");
+        let long = "é".repeat(600);
+        let cut = truncate(&long, 1000);
+        assert!(cut.len() <= 1000 && cut.ends_with("..."));
+    }
+}

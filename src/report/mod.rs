@@ -1,0 +1,3 @@
+//! Report: telling people what Setpoint did, outside the status.
+
+pub mod events;

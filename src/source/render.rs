@@ -1,0 +1,341 @@
+//! Render: the files Git holds under an Application's path → the objects it
+//! declares. Today a plain directory of YAML and JSON; Kustomize and Helm plug
+//! in behind the same `Renderer` trait.
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::manifest::{Manifest, ObjectId, Origin, split_api_version};
+use crate::source::git::SourceFile;
+
+#[derive(Debug, thiserror::Error)]
+pub enum RenderError {
+    #[error("{file}: document {document}{}: {message}", line.map(|l| format!(", line {l}")).unwrap_or_default())]
+    ParseManifest {
+        file: String,
+        document: usize,
+        line: Option<usize>,
+        message: String,
+    },
+    #[error("{origin}: {message}")]
+    InvalidObject { origin: Origin, message: String },
+    #[error("{id} is declared twice: in {first} and in {second}")]
+    DuplicateObject {
+        id: Box<ObjectId>,
+        first: Origin,
+        second: Origin,
+    },
+}
+
+/// How the files under a path become objects. Implementations must be pure
+/// functions of the files: their output is cached per revision.
+pub trait Renderer: Send + Sync {
+    fn render(&self, files: &[SourceFile]) -> Result<Vec<Manifest>, RenderError>;
+}
+
+/// Every `.yaml`, `.yml` and `.json` file, recursively, in path order;
+/// multi-document YAML; empty documents skipped; `kind: List` flattened.
+pub struct Directory;
+
+impl Renderer for Directory {
+    fn render(&self, files: &[SourceFile]) -> Result<Vec<Manifest>, RenderError> {
+        let mut files: Vec<&SourceFile> = files.iter().filter(|f| is_manifest(&f.path)).collect();
+        files.sort_by(|a, b| a.path.cmp(&b.path));
+        let mut manifests = Vec::new();
+        for file in files {
+            for (document, value) in parse_file(file)? {
+                let origin = Origin {
+                    file: file.path.clone(),
+                    document,
+                };
+                flatten(value, &origin, &mut manifests)?;
+            }
+        }
+        check_unique(&manifests)?;
+        Ok(manifests)
+    }
+}
+
+fn is_manifest(path: &str) -> bool {
+    let lower = path.to_ascii_lowercase();
+    lower.ends_with(".yaml") || lower.ends_with(".yml") || lower.ends_with(".json")
+}
+
+/// The documents of one file, with their index; empty ones dropped.
+fn parse_file(file: &SourceFile) -> Result<Vec<(usize, Value)>, RenderError> {
+    if file.path.to_ascii_lowercase().ends_with(".json") {
+        let value: Value =
+            serde_json::from_slice(&file.contents).map_err(|e| RenderError::ParseManifest {
+                file: file.path.clone(),
+                document: 0,
+                line: Some(e.line()),
+                message: e.to_string(),
+            })?;
+        return Ok(if value.is_null() {
+            vec![]
+        } else {
+            vec![(0, value)]
+        });
+    }
+    let mut documents = Vec::new();
+    for (index, document) in serde_yaml::Deserializer::from_slice(&file.contents).enumerate() {
+        let value = Value::deserialize(document).map_err(|e| RenderError::ParseManifest {
+            file: file.path.clone(),
+            document: index,
+            line: e.location().map(|l| l.line()),
+            message: strip_location(&e.to_string()),
+        })?;
+        if !value.is_null() {
+            documents.push((index, value));
+        }
+    }
+    Ok(documents)
+}
+
+/// serde_yaml says " at line L column C" inside its message; the error
+/// already has the line, so keep the column only.
+fn strip_location(message: &str) -> String {
+    let Some(at) = message.find(" at line ") else {
+        return message.to_string();
+    };
+    let rest = &message[at + " at line ".len()..];
+    let digits = rest.chars().take_while(char::is_ascii_digit).count();
+    let rest = &rest[digits..];
+    match rest.strip_prefix(" column ") {
+        Some(column) => format!("{} at column {column}", &message[..at]),
+        None => format!("{}{rest}", &message[..at]),
+    }
+}
+
+fn flatten(value: Value, origin: &Origin, out: &mut Vec<Manifest>) -> Result<(), RenderError> {
+    let invalid = |message: String| RenderError::InvalidObject {
+        origin: origin.clone(),
+        message,
+    };
+    if !value.is_object() {
+        return Err(invalid(format!(
+            "expected an object, found {}",
+            json_type(&value)
+        )));
+    }
+    if value["kind"] == "List" && value.get("items").is_some() {
+        let Value::Array(items) = value["items"].clone() else {
+            return Err(invalid("a List's items must be a list".into()));
+        };
+        for item in items {
+            flatten(item, origin, out)?;
+        }
+        return Ok(());
+    }
+    let field = |name: &str, value: &Value| -> Result<String, RenderError> {
+        match value {
+            Value::String(s) if !s.is_empty() => Ok(s.clone()),
+            Value::Null => Err(invalid(format!("{name} is missing"))),
+            _ => Err(invalid(format!("{name} must be a non-empty string"))),
+        }
+    };
+    let api_version = field("apiVersion", &value["apiVersion"])?;
+    let kind = field("kind", &value["kind"])?;
+    let name = field("metadata.name", &value["metadata"]["name"])?;
+    let namespace = match &value["metadata"]["namespace"] {
+        Value::Null => None,
+        Value::String(s) if s.is_empty() => None,
+        Value::String(s) => Some(s.clone()),
+        _ => return Err(invalid("metadata.namespace must be a string".into())),
+    };
+    let (group, version) = split_api_version(&api_version);
+    let id = ObjectId {
+        group: group.to_string(),
+        version: version.to_string(),
+        kind,
+        namespace,
+        name,
+    };
+    out.push(Manifest {
+        id,
+        origin: origin.clone(),
+        body: value,
+    });
+    Ok(())
+}
+
+/// Two manifests for one object: an error, whatever their versions.
+pub fn check_unique(manifests: &[Manifest]) -> Result<(), RenderError> {
+    let mut seen: std::collections::HashMap<(&str, &str, Option<&str>, &str), &Manifest> =
+        Default::default();
+    for manifest in manifests {
+        let id = &manifest.id;
+        let key = (
+            id.group.as_str(),
+            id.kind.as_str(),
+            id.namespace.as_deref(),
+            id.name.as_str(),
+        );
+        if let Some(first) = seen.insert(key, manifest) {
+            return Err(RenderError::DuplicateObject {
+                id: Box::new(id.clone()),
+                first: first.origin.clone(),
+                second: manifest.origin.clone(),
+            });
+        }
+    }
+    Ok(())
+}
+
+fn json_type(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "an object",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(path: &str, contents: &str) -> SourceFile {
+        SourceFile {
+            path: path.into(),
+            contents: contents.as_bytes().to_vec(),
+        }
+    }
+
+    fn render(files: &[SourceFile]) -> Result<Vec<Manifest>, RenderError> {
+        Directory.render(files)
+    }
+
+    const CM: &str = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n";
+
+    #[test]
+    fn reads_yaml_yml_and_json_recursively_in_path_order() {
+        let manifests = render(&[
+            file("app/z.yaml", &CM.replace("name: a", "name: z")),
+            file("app/README.md", "# not a manifest"),
+            file("app/sub/b.yml", &CM.replace("name: a", "name: b")),
+            file(
+                "app/c.json",
+                r#"{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"c","namespace":"x"}}"#,
+            ),
+        ])
+        .unwrap();
+        let names: Vec<_> = manifests.iter().map(|m| m.id.name.as_str()).collect();
+        assert_eq!(names, ["c", "b", "z"]);
+        assert_eq!(manifests[0].id.group, "apps");
+        assert_eq!(manifests[0].id.version, "v1");
+        assert_eq!(manifests[0].id.namespace.as_deref(), Some("x"));
+        assert_eq!(manifests[1].id.group, "");
+        assert_eq!(
+            manifests[1].origin,
+            Origin {
+                file: "app/sub/b.yml".into(),
+                document: 0
+            }
+        );
+    }
+
+    #[test]
+    fn multi_document_yaml_skips_empty_documents() {
+        let text = format!(
+            "---\n{CM}---\n# only a comment\n---\n{}",
+            CM.replace("a\n", "b\n")
+        );
+        let manifests = render(&[file("all.yaml", &text)]).unwrap();
+        assert_eq!(manifests.len(), 2);
+        assert_eq!(manifests[1].origin.document, 2);
+    }
+
+    #[test]
+    fn a_list_is_flattened() {
+        let text = format!(
+            "apiVersion: v1\nkind: List\nitems:\n- {}\n",
+            r#"{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}}"#
+        );
+        let manifests = render(&[file("list.yaml", &text)]).unwrap();
+        assert_eq!(manifests.len(), 1);
+        assert_eq!(manifests[0].id.name, "x");
+    }
+
+    #[test]
+    fn a_parse_error_names_the_file_the_document_and_the_line() {
+        let broken = format!("{CM}---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: [b\n");
+        let err = render(&[file("apps/web/broken.yaml", &broken)]).unwrap_err();
+        let RenderError::ParseManifest {
+            file,
+            document,
+            line,
+            ..
+        } = &err
+        else {
+            panic!("{err}");
+        };
+        assert_eq!(file, "apps/web/broken.yaml");
+        assert_eq!(*document, 1);
+        assert!(matches!(line, Some(9) | Some(10)), "line {line:?}");
+        let message = err.to_string();
+        assert!(
+            message.starts_with("apps/web/broken.yaml: document 1, line"),
+            "{message}"
+        );
+        assert!(
+            !message.contains("at line 10"),
+            "the line is said once: {message}"
+        );
+    }
+
+    #[test]
+    fn a_json_parse_error_has_its_line() {
+        let err = render(&[file("x.json", "{\n  \"kind\": \n}")]).unwrap_err();
+        assert!(
+            matches!(err, RenderError::ParseManifest { line: Some(3), .. }),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn objects_need_api_version_kind_and_name() {
+        for (text, missing) in [
+            (
+                "kind: ConfigMap\nmetadata: {name: a}\n",
+                "apiVersion is missing",
+            ),
+            ("apiVersion: v1\nmetadata: {name: a}\n", "kind is missing"),
+            (
+                "apiVersion: v1\nkind: ConfigMap\nmetadata: {}\n",
+                "metadata.name is missing",
+            ),
+            (
+                "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: 5}\n",
+                "must be a non-empty",
+            ),
+            ("- a\n- b\n", "expected an object, found a list"),
+        ] {
+            let err = render(&[file("f.yaml", text)]).unwrap_err().to_string();
+            assert!(err.contains(missing), "{err} should say {missing}");
+            assert!(err.starts_with("f.yaml (document 0)"), "{err}");
+        }
+    }
+
+    #[test]
+    fn the_same_object_twice_is_an_error_whatever_the_version() {
+        let other = CM.replace("apiVersion: v1", "apiVersion: v2");
+        let err = render(&[file("a.yaml", CM), file("b.yaml", &other)]).unwrap_err();
+        assert!(matches!(err, RenderError::DuplicateObject { .. }));
+        assert!(
+            err.to_string()
+                .contains("a.yaml (document 0) and in b.yaml"),
+            "{err}"
+        );
+        // Same name, other namespace: two objects.
+        let other_ns = CM.replace("name: a", "name: a\n  namespace: b");
+        assert_eq!(
+            render(&[file("a.yaml", CM), file("b.yaml", &other_ns)])
+                .unwrap()
+                .len(),
+            2
+        );
+    }
+}

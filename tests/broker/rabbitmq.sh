@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# RabbitMQ for Setpoint's tests and demo: Debian's rabbitmq-server, run as a
+# plain process on 127.0.0.1:5672 (no systemd here).
+#
+#   rabbitmq.sh up     install when missing, start, wait for AMQP (idempotent)
+#   rabbitmq.sh down   stop it
+#   rabbitmq.sh status exit 0 when it accepts AMQP connections
+set -euo pipefail
+
+PORT=5672
+# The consistent-hash exchange shards Applications over the worker queues.
+PLUGINS=(rabbitmq_consistent_hash_exchange)
+
+log() { printf '[rabbitmq] %s\n' "$*"; }
+die() { printf '[rabbitmq] error: %s\n' "$*" >&2; exit 1; }
+
+# An AMQP 0-9-1 handshake: send the protocol header, expect Connection.Start
+# (a method frame, type 1, of class 10 method 10).
+amqp_ready() {
+  python3 - "$PORT" <<'EOF'
+import socket, sys
+try:
+    s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=2)
+    s.sendall(b"AMQP\x00\x00\x09\x01")
+    frame = s.recv(11)
+    s.close()
+    sys.exit(0 if len(frame) == 11 and frame[0] == 1 and frame[7:11] == b"\x00\x0a\x00\x0a" else 1)
+except OSError:
+    sys.exit(1)
+EOF
+}
+
+install() {
+  command -v rabbitmq-server >/dev/null 2>&1 && return 0
+  log "installing rabbitmq-server from Debian's packages"
+  # No init system here: keep the package's scripts from starting a service.
+  local policy=/usr/sbin/policy-rc.d added=""
+  if [[ ! -e "$policy" ]]; then
+    printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod +x "$policy" && added=1
+  fi
+  apt-get update -qq || die "apt-get update failed"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq rabbitmq-server >/dev/null ||
+    die "apt-get install rabbitmq-server failed"
+  [[ -n "$added" ]] && rm -f "$policy"
+  true
+}
+
+configure() {
+  mkdir -p /etc/rabbitmq
+  cat >/etc/rabbitmq/rabbitmq-env.conf <<EOF
+# Written by Setpoint's tests/broker/rabbitmq.sh: a loopback-only node.
+NODENAME=rabbit@localhost
+NODE_IP_ADDRESS=127.0.0.1
+NODE_PORT=$PORT
+EOF
+  local p
+  for p in "${PLUGINS[@]}"; do
+    grep -qw "$p" /etc/rabbitmq/enabled_plugins 2>/dev/null ||
+      rabbitmq-plugins enable --offline "$p" >/dev/null
+  done
+}
+
+cmd_up() {
+  if amqp_ready; then
+    log "already up on 127.0.0.1:$PORT"
+    return 0
+  fi
+  command -v python3 >/dev/null 2>&1 || die "python3 is missing: it checks the AMQP port"
+  install
+  configure
+  log "starting rabbitmq-server on 127.0.0.1:$PORT"
+  local start=$SECONDS
+  rabbitmq-server -detached >/dev/null 2>&1 || true
+  local deadline=$((SECONDS + 120))
+  until amqp_ready; do
+    if ((SECONDS >= deadline)); then
+      tail -n 30 /var/log/rabbitmq/rabbit@localhost.log >&2 2>/dev/null || true
+      die "rabbitmq-server did not accept AMQP connections within 120s (log above)"
+    fi
+    sleep 0.5
+  done
+  log "up in $((SECONDS - start))s"
+}
+
+cmd_down() {
+  if command -v rabbitmqctl >/dev/null 2>&1 && amqp_ready; then
+    rabbitmqctl stop >/dev/null 2>&1 || true
+    log "stopped"
+  fi
+}
+
+case "${1:-}" in
+  up) cmd_up ;;
+  down) cmd_down ;;
+  status) amqp_ready ;;
+  *) echo "usage: $0 up|down|status" >&2; exit 2 ;;
+esac

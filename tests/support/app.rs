@@ -1,0 +1,114 @@
+//! Applications in tests: the CRD installed on the local control plane, an
+//! Application pointing at a test repository, a Setpoint context, and a
+//! reconcile that re-reads the Application first (as a worker does).
+
+use std::time::Duration;
+
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::wait::{await_condition, conditions};
+use kube::{Api, CustomResourceExt};
+use setpoint::api::{Application, ApplicationSpec, Automated, Source, SyncPolicy};
+use setpoint::context::Context;
+use setpoint::reconcile::{Outcome, ReconcileError, Request, reconcile};
+
+use super::{TestNamespace, kube_config};
+
+/// Installs (or updates) the Application CRD and waits until it is served.
+pub async fn install_crd(client: &kube::Client) {
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let crd = Application::crd();
+    let name = crd.metadata.name.clone().unwrap();
+    api.patch(
+        &name,
+        &PatchParams::apply("setpoint-tests").force(),
+        &Patch::Apply(&crd),
+    )
+    .await
+    .expect("apply the Application CRD");
+    tokio::time::timeout(
+        Duration::from_secs(30),
+        await_condition(api, &name, conditions::is_crd_established()),
+    )
+    .await
+    .expect("the Application CRD is Established in time")
+    .expect("watch the CRD");
+}
+
+/// A Setpoint context against the local control plane, with its own Git cache.
+pub async fn context() -> (Context, tempfile::TempDir) {
+    let cache = tempfile::Builder::new()
+        .prefix("setpoint-cache-")
+        .tempdir()
+        .unwrap();
+    let ctx = Context::new(kube_config().await, cache.path().to_path_buf()).expect("a context");
+    (ctx, cache)
+}
+
+pub fn automated(prune: bool, self_heal: bool) -> SyncPolicy {
+    SyncPolicy {
+        automated: Some(Automated { prune, self_heal }),
+        allow_empty: false,
+    }
+}
+
+/// Creates an Application in the test namespace; objects go to that namespace.
+pub async fn create_app(
+    ns: &TestNamespace,
+    name: &str,
+    repo_url: &str,
+    path: &str,
+    sync_policy: SyncPolicy,
+) -> Application {
+    let mut app = Application::new(
+        name,
+        ApplicationSpec {
+            source: Source {
+                repo_url: repo_url.to_string(),
+                target_revision: None,
+                path: Some(path.to_string()),
+                credentials_secret: None,
+            },
+            sync_policy,
+            ..Default::default()
+        },
+    );
+    app.metadata.namespace = Some(ns.name.clone());
+    ns.api::<Application>()
+        .create(&PostParams::default(), &app)
+        .await
+        .expect("create Application")
+}
+
+pub async fn get_app(ns: &TestNamespace, name: &str) -> Application {
+    ns.api::<Application>()
+        .get(name)
+        .await
+        .expect("get Application")
+}
+
+/// Re-reads the Application and reconciles it once.
+pub async fn reconcile_app(
+    ctx: &Context,
+    ns: &TestNamespace,
+    name: &str,
+    request: &Request,
+) -> Result<Outcome, ReconcileError> {
+    let app = get_app(ns, name).await;
+    reconcile(ctx, &app, request).await
+}
+
+/// The notes of the Events with `reason` on the Application.
+pub async fn event_notes(ns: &TestNamespace, app: &str, reason: &str) -> Vec<String> {
+    let events: Api<Event> = ns.api();
+    let list = events
+        .list(&ListParams::default().fields(&format!("regarding.name={app}")))
+        .await
+        .expect("list events");
+    list.items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some(reason))
+        .filter_map(|e| e.note)
+        .collect()
+}

@@ -1,0 +1,105 @@
+//! A fresh Git repository for one test, driven by the git CLI: a bare
+//! repository (what Setpoint fetches from) and a work tree that commits and
+//! pushes to it.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+pub struct GitRepo {
+    _dir: tempfile::TempDir,
+    pub bare: PathBuf,
+    pub work: PathBuf,
+    pub branch: String,
+}
+
+impl GitRepo {
+    pub fn new() -> Self {
+        let dir = tempfile::Builder::new()
+            .prefix("setpoint-git-")
+            .tempdir()
+            .expect("a temporary directory");
+        let bare = dir.path().join("origin.git");
+        let work = dir.path().join("work");
+        let branch = "main".to_string();
+        git(
+            dir.path(),
+            &["init", "--quiet", "--bare", "-b", &branch, "origin.git"],
+        );
+        git(dir.path(), &["init", "--quiet", "-b", &branch, "work"]);
+        git(&work, &["config", "user.name", "Setpoint Test"]);
+        git(&work, &["config", "user.email", "test@setpoint.invalid"]);
+        git(&work, &["config", "commit.gpgsign", "false"]);
+        git(&work, &["remote", "add", "origin", bare.to_str().unwrap()]);
+        Self {
+            _dir: dir,
+            bare,
+            work,
+            branch,
+        }
+    }
+
+    /// The URL an Application names: `file://` and the bare repository.
+    pub fn url(&self) -> String {
+        format!("file://{}", self.bare.display())
+    }
+
+    /// Writes a file in the work tree (creating directories).
+    pub fn write(&self, path: &str, contents: &str) -> &Self {
+        let full = self.work.join(path);
+        std::fs::create_dir_all(full.parent().unwrap()).unwrap();
+        std::fs::write(&full, contents).unwrap();
+        self
+    }
+
+    /// Removes a file from the work tree.
+    pub fn remove(&self, path: &str) -> &Self {
+        std::fs::remove_file(self.work.join(path)).unwrap();
+        self
+    }
+
+    /// Commits everything in the work tree, pushes it to the bare repository
+    /// and returns the commit id.
+    pub fn commit(&self, message: &str) -> String {
+        git(&self.work, &["add", "--all"]);
+        git(
+            &self.work,
+            &["commit", "--quiet", "--allow-empty", "-m", message],
+        );
+        git(&self.work, &["push", "--quiet", "origin", &self.branch]);
+        self.head()
+    }
+
+    pub fn head(&self) -> String {
+        git(&self.work, &["rev-parse", "HEAD"])
+    }
+
+    pub fn tag(&self, name: &str) {
+        git(&self.work, &["tag", name]);
+        git(&self.work, &["push", "--quiet", "origin", name]);
+    }
+}
+
+impl Default for GitRepo {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Runs git in `dir`, panics with its stderr on failure, returns stdout trimmed.
+pub fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .output()
+        .expect("git is installed");
+    assert!(
+        out.status.success(),
+        "git {} in {}: {}",
+        args.join(" "),
+        dir.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}

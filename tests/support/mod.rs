@@ -1,0 +1,141 @@
+//! What every integration test needs: a client for the local control plane
+//! (`make cluster-up`), a namespace of its own, a RabbitMQ queue prefix of its
+//! own, a fresh Git repository, and `wait_for`.
+//!
+//! Each test binary uses a different part of this module.
+#![allow(dead_code)]
+
+pub mod app;
+pub mod git;
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{DeleteParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Api, Client, Config};
+
+pub use git::GitRepo;
+
+/// The admin kubeconfig `make cluster-up` writes; `KUBECONFIG` overrides it.
+pub fn kubeconfig_path() -> PathBuf {
+    std::env::var_os("KUBECONFIG")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".cluster/kubeconfig"))
+}
+
+pub async fn kube_config() -> Config {
+    let path = kubeconfig_path();
+    let kubeconfig = Kubeconfig::read_from(&path).unwrap_or_else(|e| {
+        panic!(
+            "cannot read {}: {e}; start the local control plane with `make cluster-up`",
+            path.display()
+        )
+    });
+    Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .expect("a valid kubeconfig")
+}
+
+pub async fn kube_client() -> Client {
+    Client::try_from(kube_config().await).expect("a kube client")
+}
+
+/// A name no other test (in this or another process) uses: `prefix-<pid>-<n>`.
+pub fn unique_name(prefix: &str) -> String {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
+    format!("{prefix}-{}-{n}-{:04x}", std::process::id(), nanos & 0xffff)
+}
+
+/// A namespace for one test, deleted when the test ends (pass or fail).
+pub struct TestNamespace {
+    pub name: String,
+    pub client: Client,
+}
+
+impl TestNamespace {
+    pub async fn new(prefix: &str) -> Self {
+        let client = kube_client().await;
+        let name = unique_name(prefix);
+        let ns: Namespace = serde_json::from_value(serde_json::json!({
+            "metadata": { "name": name, "labels": { "setpoint.dev/test": "true" } }
+        }))
+        .unwrap();
+        Api::<Namespace>::all(client.clone())
+            .create(&PostParams::default(), &ns)
+            .await
+            .unwrap_or_else(|e| panic!("create namespace {name}: {e}"));
+        Self { name, client }
+    }
+
+    pub fn api<K>(&self) -> Api<K>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+        <K as kube::Resource>::DynamicType: Default,
+    {
+        Api::namespaced(self.client.clone(), &self.name)
+    }
+}
+
+impl Drop for TestNamespace {
+    fn drop(&mut self) {
+        // The test's runtime may be shutting down: delete from a thread of our own.
+        let name = self.name.clone();
+        let _ = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build();
+            if let Ok(runtime) = runtime {
+                runtime.block_on(async {
+                    let client = kube_client().await;
+                    let _ = Api::<Namespace>::all(client)
+                        .delete(&name, &DeleteParams::background())
+                        .await;
+                });
+            }
+        })
+        .join();
+    }
+}
+
+/// The broker `make rabbitmq-up` starts; `SETPOINT_TEST_AMQP_URL` overrides it.
+pub fn amqp_url() -> String {
+    std::env::var("SETPOINT_TEST_AMQP_URL")
+        .unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".to_string())
+}
+
+/// A prefix for the exchanges and queues of one test, so tests share the
+/// broker without seeing each other's messages.
+pub fn amqp_prefix(test: &str) -> String {
+    unique_name(&format!("setpoint-test-{test}"))
+}
+
+/// Polls `check` until it returns `Ok`, or panics at the deadline with what
+/// it was waiting for and the last state `check` reported.
+pub async fn wait_for<T, F, Fut>(what: &str, deadline: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, String>>,
+{
+    let start = Instant::now();
+    let mut pause = Duration::from_millis(20);
+    loop {
+        let last = match check().await {
+            Ok(value) => return value,
+            Err(state) => state,
+        };
+        if start.elapsed() >= deadline {
+            panic!("timed out after {deadline:?} waiting for {what}; last state: {last}");
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_millis(250));
+    }
+}

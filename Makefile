@@ -12,6 +12,10 @@ export SETPOINT_CACHE K8S_VERSION
 KUBECTL := $(SETPOINT_CACHE)/k8s-$(K8S_VERSION)/bin/kubectl
 export KUBECONFIG := $(CURDIR)/.cluster/kubeconfig
 export CARGO_TERM_COLOR ?= never
+# Cargo builds are cached outside the checkout, keyed by the toolchain, so a
+# fresh clone (CI) reuses the compiled dependencies.
+RUSTC_VERSION := $(shell rustc --version 2>/dev/null | awk '{print $$2}')
+export CARGO_TARGET_DIR ?= $(SETPOINT_CACHE)/cargo-target-$(RUSTC_VERSION)
 
 PHONY_EXTRA := crd
 .PHONY: all build test unit lint demo bench cluster-build cluster-up cluster-down \

@@ -8,7 +8,11 @@
 pub mod api;
 pub mod cli;
 pub mod context;
+pub mod event;
+pub mod ingest;
 pub mod manifest;
+pub mod queue;
 pub mod reconcile;
 pub mod report;
 pub mod source;
+pub mod worker;

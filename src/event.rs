@@ -1,0 +1,161 @@
+//! The one message on the queue: which Application to reconcile, why, and
+//! (when a webhook said so) which commit. Serialized as JSON; the routing key
+//! is the Application's `namespace/name`, so every event of one Application
+//! lands on the same shard.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// `namespace/name` of an Application.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct AppKey {
+    pub namespace: String,
+    pub name: String,
+}
+
+impl AppKey {
+    pub fn new(namespace: impl Into<String>, name: impl Into<String>) -> Self {
+        Self {
+            namespace: namespace.into(),
+            name: name.into(),
+        }
+    }
+
+    /// Parses `namespace/name`.
+    pub fn parse(text: &str) -> Option<Self> {
+        let (namespace, name) = text.split_once('/')?;
+        (!namespace.is_empty() && !name.is_empty() && !name.contains('/'))
+            .then(|| Self::new(namespace, name))
+    }
+}
+
+impl fmt::Display for AppKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// Why an Application is to be reconciled.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "camelCase")]
+pub enum Cause {
+    /// A push announced by a Git host's webhook.
+    Webhook { provider: String, delivery: String },
+    /// A live object of the Application changed or was deleted by someone
+    /// other than Setpoint, or its health changed.
+    Drift { object: String },
+    /// The Application itself was created or its spec changed.
+    AppChanged,
+    /// The periodic sweep.
+    Sweep,
+    /// Someone asked (`setpoint app sync`).
+    Manual,
+    /// The last reconcile left something progressing: check back.
+    Requeue,
+}
+
+impl Cause {
+    /// A short label for logs and metrics.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Cause::Webhook { .. } => "webhook",
+            Cause::Drift { .. } => "drift",
+            Cause::AppChanged => "app-changed",
+            Cause::Sweep => "sweep",
+            Cause::Manual => "manual",
+            Cause::Requeue => "requeue",
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Event {
+    pub app: AppKey,
+    pub cause: Cause,
+    /// The commit a webhook announced: the worker skips the fetch when it
+    /// already has it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<String>,
+    /// How many times this event failed before (0 on first delivery).
+    #[serde(default)]
+    pub attempt: u32,
+    /// Unique per event, carried into logs from the webhook to the apply.
+    pub id: String,
+}
+
+impl Event {
+    pub fn new(app: AppKey, cause: Cause) -> Self {
+        Self {
+            app,
+            cause,
+            revision: None,
+            attempt: 0,
+            id: new_id(),
+        }
+    }
+
+    pub fn with_revision(mut self, revision: Option<String>) -> Self {
+        self.revision = revision;
+        self
+    }
+
+    pub fn to_bytes(&self) -> Vec<u8> {
+        serde_json::to_vec(self).expect("events serialize")
+    }
+
+    pub fn from_bytes(bytes: &[u8]) -> Result<Self, serde_json::Error> {
+        serde_json::from_slice(bytes)
+    }
+}
+
+/// A unique id: time, process and a counter, hex.
+pub fn new_id() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or_default();
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    format!("{nanos:x}-{:x}-{n:x}", std::process::id())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn events_round_trip_as_json() {
+        let event = Event::new(
+            AppKey::new("team", "web"),
+            Cause::Webhook {
+                provider: "github".into(),
+                delivery: "d-1".into(),
+            },
+        )
+        .with_revision(Some("abc".into()));
+        let back = Event::from_bytes(&event.to_bytes()).unwrap();
+        assert_eq!(back, event);
+        assert!(
+            String::from_utf8(event.to_bytes())
+                .unwrap()
+                .contains(r#""type":"webhook""#)
+        );
+    }
+
+    #[test]
+    fn app_keys_parse_namespace_slash_name() {
+        assert_eq!(AppKey::parse("team/web"), Some(AppKey::new("team", "web")));
+        assert_eq!(AppKey::parse("web"), None);
+        assert_eq!(AppKey::parse("/web"), None);
+        assert_eq!(AppKey::parse("a/b/c"), None);
+        assert_eq!(AppKey::new("team", "web").to_string(), "team/web");
+    }
+
+    #[test]
+    fn ids_are_unique() {
+        assert_ne!(new_id(), new_id());
+    }
+}

@@ -1,0 +1,226 @@
+//! Sweep: the slow safety net. Every Application is enqueued once per
+//! interval (default 10 minutes), each at its own moment of the cycle (a hash
+//! of its name and the cycle number: spread out, and jittered from one cycle
+//! to the next), so an event that was missed is still corrected. With several
+//! replicas only the holder of a Kubernetes Lease sweeps.
+
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::runtime::reflector::Store;
+use kube::{Api, Client, ResourceExt};
+use serde_json::json;
+
+use crate::api::Application;
+use crate::event::{AppKey, Cause, Event};
+use crate::queue::Queue;
+
+#[derive(Clone, Debug)]
+pub struct SweepSettings {
+    pub interval: Duration,
+    /// None: sweep without asking (a single replica).
+    pub lease: Option<LeaseSettings>,
+}
+
+#[derive(Clone, Debug)]
+pub struct LeaseSettings {
+    pub namespace: String,
+    pub name: String,
+    pub identity: String,
+    pub duration: Duration,
+}
+
+pub async fn run(
+    client: Client,
+    store: Store<Application>,
+    queue: Arc<dyn Queue>,
+    settings: SweepSettings,
+) {
+    let interval = settings.interval.max(Duration::from_millis(100));
+    let tick = (interval / 100).clamp(Duration::from_millis(20), Duration::from_secs(1));
+    let start = Instant::now();
+    let mut previous = Duration::ZERO;
+    let mut lease = settings.lease.map(|s| Leader::new(client.clone(), s));
+    let mut ticker = tokio::time::interval(tick);
+    loop {
+        ticker.tick().await;
+        let elapsed = start.elapsed();
+        if let Some(leader) = lease.as_mut()
+            && !leader.holds().await
+        {
+            previous = elapsed;
+            continue;
+        }
+        for app in store.state() {
+            let key = AppKey::new(app.namespace().unwrap_or_default(), app.name_any());
+            if due(&key, interval, previous, elapsed)
+                && let Err(error) = queue.publish(&Event::new(key.clone(), Cause::Sweep)).await
+            {
+                tracing::warn!(app = %key, %error, "sweep could not enqueue");
+            }
+        }
+        previous = elapsed;
+    }
+}
+
+/// Whether `app`'s moment in its cycle falls in `(from, to]`.
+fn due(app: &AppKey, interval: Duration, from: Duration, to: Duration) -> bool {
+    let interval_ms = interval.as_millis().max(1) as u64;
+    let (from, to) = (from.as_millis() as u64, to.as_millis() as u64);
+    // Each cycle the moment moves: spread out and jittered.
+    let first_cycle = from / interval_ms;
+    let last_cycle = to / interval_ms;
+    (first_cycle..=last_cycle).any(|cycle| {
+        let moment = cycle * interval_ms + offset(app, cycle) % interval_ms;
+        moment > from && moment <= to
+    })
+}
+
+fn offset(app: &AppKey, cycle: u64) -> u64 {
+    let mut hasher = DefaultHasher::new();
+    (app, cycle).hash(&mut hasher);
+    hasher.finish()
+}
+
+/// A minimal leader election on a coordination.k8s.io Lease: take it when it
+/// is free or expired, renew it while held.
+struct Leader {
+    api: Api<Lease>,
+    settings: LeaseSettings,
+    held_until: Option<Instant>,
+}
+
+impl Leader {
+    fn new(client: Client, settings: LeaseSettings) -> Self {
+        Self {
+            api: Api::namespaced(client, &settings.namespace),
+            settings,
+            held_until: None,
+        }
+    }
+
+    /// Whether this replica holds the lease now; renews it when a third of
+    /// its duration has passed.
+    async fn holds(&mut self) -> bool {
+        let renew_at = self
+            .held_until
+            .map(|until| until - self.settings.duration * 2 / 3);
+        if renew_at.is_some_and(|at| Instant::now() < at) {
+            return true;
+        }
+        match self.try_acquire().await {
+            Ok(true) => {
+                self.held_until = Some(Instant::now() + self.settings.duration);
+                true
+            }
+            Ok(false) => {
+                self.held_until = None;
+                false
+            }
+            Err(error) => {
+                tracing::warn!(%error, "lease check failed");
+                // Keep sweeping only while the last renewal is still valid.
+                self.held_until.is_some_and(|until| Instant::now() < until)
+            }
+        }
+    }
+
+    async fn try_acquire(&self) -> Result<bool, kube::Error> {
+        let now = jiff::Timestamp::now();
+        let me = &self.settings.identity;
+        let seconds = self.settings.duration.as_secs().max(1) as i32;
+        let lease = match self.api.get_opt(&self.settings.name).await? {
+            Some(lease) => lease,
+            None => {
+                let lease: Lease = serde_json::from_value(json!({
+                    "metadata": {"name": self.settings.name},
+                    "spec": {"holderIdentity": me, "leaseDurationSeconds": seconds,
+                             "acquireTime": micro(now), "renewTime": micro(now)}
+                }))
+                .expect("a valid Lease");
+                return match self.api.create(&PostParams::default(), &lease).await {
+                    Ok(_) => Ok(true),
+                    Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+                    Err(e) => Err(e),
+                };
+            }
+        };
+        let spec = lease.spec.clone().unwrap_or_default();
+        let holder = spec.holder_identity.as_deref();
+        let expired = spec.renew_time.as_ref().is_none_or(|renewed| {
+            let duration = spec.lease_duration_seconds.unwrap_or(seconds) as i64;
+            renewed.0.as_second() + duration < now.as_second()
+        });
+        if holder != Some(me) && !expired && holder.is_some() {
+            return Ok(false);
+        }
+        // The resourceVersion makes this a compare-and-swap: two replicas
+        // racing for an expired lease cannot both win.
+        let patch = json!({
+            "metadata": {"resourceVersion": lease.resource_version()},
+            "spec": {"holderIdentity": me, "leaseDurationSeconds": seconds, "renewTime": micro(now)}
+        });
+        match self
+            .api
+            .patch(
+                &self.settings.name,
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+fn micro(time: jiff::Timestamp) -> String {
+    time.strftime("%Y-%m-%dT%H:%M:%S%.6fZ").to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_app_is_due_once_per_cycle() {
+        let interval = Duration::from_secs(60);
+        let apps: Vec<AppKey> = (0..200)
+            .map(|i| AppKey::new("ns", format!("app-{i}")))
+            .collect();
+        let tick = Duration::from_millis(500);
+        for app in &apps {
+            let mut count = 0;
+            let mut t = Duration::ZERO;
+            while t < interval * 3 {
+                if due(app, interval, t, t + tick) {
+                    count += 1;
+                }
+                t += tick;
+            }
+            assert_eq!(count, 3, "{app} swept once per cycle");
+        }
+    }
+
+    #[test]
+    fn apps_are_spread_over_the_cycle() {
+        let interval = Duration::from_secs(60);
+        let apps: Vec<AppKey> = (0..600)
+            .map(|i| AppKey::new("ns", format!("app-{i}")))
+            .collect();
+        // The first tenth of the cycle holds roughly a tenth of the apps.
+        let early = apps
+            .iter()
+            .filter(|a| due(a, interval, Duration::ZERO, interval / 10))
+            .count();
+        assert!(
+            (30..=90).contains(&early),
+            "{early} of 600 in the first tenth"
+        );
+    }
+}

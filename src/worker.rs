@@ -1,0 +1,300 @@
+//! Worker: take events off the queue and reconcile their Applications.
+//!
+//! - One reconcile per Application at a time within the process (a slot per
+//!   Application); across processes the queue's sharding gives each
+//!   Application one active consumer.
+//! - A burst for an Application that arrives while it is being reconciled
+//!   collapses into at most one more reconcile.
+//! - Different Applications reconcile in parallel, up to `concurrency`.
+//! - A delivery is acknowledged only after the reconcile that covers it
+//!   finished; transient failures go back to the queue with backoff.
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use kube::Api;
+use tokio::sync::{Semaphore, watch};
+
+use crate::api::Application;
+use crate::context::Context;
+use crate::event::{AppKey, Cause, Event};
+use crate::queue::{Delivery, Queue};
+use crate::reconcile::{self, Request};
+
+#[derive(Clone, Debug)]
+pub struct WorkerSettings {
+    /// Reconciles running at once in this process.
+    pub concurrency: usize,
+    /// Deliveries held unacknowledged at once (collapsed ones included).
+    pub prefetch: u16,
+    /// How long in-flight reconciles may finish after a shutdown request.
+    pub grace: Duration,
+    /// When set, each reconcile appends `start <app> <worker>` and
+    /// `end <app> <worker>` lines here (the exclusivity tests read it).
+    pub record: Option<PathBuf>,
+    /// Check back this long after a reconcile that left something progressing.
+    pub requeue_after: Duration,
+}
+
+impl Default for WorkerSettings {
+    fn default() -> Self {
+        Self {
+            concurrency: 8,
+            prefetch: 256,
+            grace: Duration::from_secs(30),
+            record: None,
+            requeue_after: Duration::from_secs(5),
+        }
+    }
+}
+
+#[derive(Default)]
+struct Slot {
+    /// Deliveries that arrived while a reconcile ran: covered by the next one.
+    waiting: Vec<Delivery>,
+    /// The newest commit a webhook announced for the next reconcile.
+    revision: Option<String>,
+    manual: bool,
+}
+
+struct Shared {
+    ctx: Context,
+    queue: Arc<dyn Queue>,
+    settings: WorkerSettings,
+    permits: Semaphore,
+    /// Applications being reconciled, with what waits for them.
+    slots: Mutex<HashMap<AppKey, Slot>>,
+    /// Applications with a requeue already scheduled.
+    requeues: Mutex<std::collections::HashSet<AppKey>>,
+    id: String,
+    record: Option<Mutex<std::fs::File>>,
+}
+
+/// Consumes `queue` until `shutdown` turns true, then lets in-flight
+/// reconciles finish within the grace period and gives back the rest.
+pub async fn run(
+    ctx: Context,
+    queue: Arc<dyn Queue>,
+    settings: WorkerSettings,
+    mut shutdown: watch::Receiver<bool>,
+) -> anyhow::Result<()> {
+    let record = match &settings.record {
+        Some(path) => Some(Mutex::new(
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)?,
+        )),
+        None => None,
+    };
+    let shared = Arc::new(Shared {
+        ctx,
+        queue: queue.clone(),
+        permits: Semaphore::new(settings.concurrency.max(1)),
+        settings: settings.clone(),
+        slots: Mutex::new(HashMap::new()),
+        requeues: Mutex::new(Default::default()),
+        id: format!("{}-{}", hostname(), std::process::id()),
+        record,
+    });
+    let mut deliveries = queue.consume(settings.prefetch).await?;
+    let mut tasks = tokio::task::JoinSet::new();
+    loop {
+        tokio::select! {
+            delivery = deliveries.recv() => {
+                let Some(delivery) = delivery else { break };
+                if let Some(task) = accept(&shared, delivery) {
+                    tasks.spawn(task);
+                }
+            }
+            _ = shutdown.changed() => break,
+            Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
+        }
+    }
+    // Stop taking messages; what is already here goes back to the queue.
+    drop(deliveries);
+    tracing::info!(in_flight = tasks.len(), "worker stopping");
+    let finished = tokio::time::timeout(settings.grace, async {
+        while tasks.join_next().await.is_some() {}
+    })
+    .await;
+    if finished.is_err() {
+        tasks.abort_all();
+    }
+    let waiting: Vec<Delivery> = {
+        let mut slots = shared.slots.lock().expect("slots lock");
+        slots.drain().flat_map(|(_, slot)| slot.waiting).collect()
+    };
+    for delivery in waiting {
+        let _ = delivery.requeue().await;
+    }
+    Ok(())
+}
+
+/// Takes one delivery: starts a reconcile task, or joins the one running.
+fn accept(
+    shared: &Arc<Shared>,
+    delivery: Delivery,
+) -> Option<impl std::future::Future<Output = ()> + Send + 'static> {
+    let app = delivery.event.app.clone();
+    let mut slots = shared.slots.lock().expect("slots lock");
+    if let Some(slot) = slots.get_mut(&app) {
+        absorb(slot, &delivery.event);
+        slot.waiting.push(delivery);
+        return None;
+    }
+    let mut first = Slot::default();
+    absorb(&mut first, &delivery.event);
+    first.waiting.push(delivery);
+    slots.insert(app.clone(), Slot::default());
+    drop(slots);
+    let shared = shared.clone();
+    Some(async move { drive(shared, app, first).await })
+}
+
+fn absorb(slot: &mut Slot, event: &Event) {
+    if event.revision.is_some() {
+        slot.revision = event.revision.clone();
+    }
+    slot.manual |= matches!(event.cause, Cause::Manual);
+}
+
+/// Reconciles `app` until no delivery waits for it any more.
+async fn drive(shared: Arc<Shared>, app: AppKey, mut batch: Slot) {
+    loop {
+        let outcome = {
+            let _permit = shared
+                .permits
+                .acquire()
+                .await
+                .expect("the semaphore stays open");
+            reconcile_once(&shared, &app, &batch).await
+        };
+        settle(&shared, &app, batch.waiting, outcome).await;
+        let mut slots = shared.slots.lock().expect("slots lock");
+        let slot = slots.get_mut(&app).expect("a running app has a slot");
+        if slot.waiting.is_empty() {
+            slots.remove(&app);
+            return;
+        }
+        batch = std::mem::take(slot);
+    }
+}
+
+enum Settled {
+    Done { requeue: bool },
+    Retry(String),
+    Invalid,
+}
+
+async fn reconcile_once(shared: &Shared, app: &AppKey, batch: &Slot) -> Settled {
+    let event_id = batch
+        .waiting
+        .first()
+        .map(|d| d.event.id.clone())
+        .unwrap_or_default();
+    let span = tracing::info_span!("reconcile", app = %app, event = %event_id);
+    let _enter = span.enter();
+    let api: Api<Application> = Api::namespaced(shared.ctx.client.clone(), &app.namespace);
+    let application = match api.get_opt(&app.name).await {
+        Ok(Some(application)) => application,
+        // Deleted since: nothing to do.
+        Ok(None) => return Settled::Done { requeue: false },
+        Err(error) => return Settled::Retry(format!("failed to read Application {app}: {error}")),
+    };
+    let request = Request {
+        manual: batch.manual,
+        dry_run: false,
+        known_commit: batch.revision.clone(),
+    };
+    shared.record_line("start", app);
+    let result = reconcile::reconcile(&shared.ctx, &application, &request).await;
+    shared.record_line("end", app);
+    match result {
+        Ok(outcome) => {
+            tracing::info!(
+                applied = outcome.applied.len(),
+                pruned = outcome.pruned.len(),
+                sync = ?outcome.status.sync.status,
+                health = ?outcome.status.health.status,
+                "reconciled"
+            );
+            Settled::Done {
+                requeue: outcome.requeue_after.is_some(),
+            }
+        }
+        Err(error) if error.is_transient() => {
+            Settled::Retry(crate::report::events::error_chain(&error))
+        }
+        Err(_) => Settled::Invalid,
+    }
+}
+
+async fn settle(shared: &Arc<Shared>, app: &AppKey, deliveries: Vec<Delivery>, outcome: Settled) {
+    let mut deliveries = deliveries.into_iter();
+    match outcome {
+        Settled::Retry(error) => {
+            // One retry copy covers the whole batch.
+            if let Some(first) = deliveries.next()
+                && let Err(e) = first.retry(&error).await
+            {
+                tracing::warn!(app = %app, error = %e, "failed to schedule a retry; the broker redelivers");
+            }
+        }
+        Settled::Done { requeue: true } => schedule_requeue(shared, app),
+        Settled::Done { requeue: false } | Settled::Invalid => {}
+    }
+    for delivery in deliveries {
+        if let Err(e) = delivery.ack().await {
+            tracing::warn!(app = %app, error = %e, "failed to ack; the broker redelivers");
+        }
+    }
+}
+
+/// One delayed re-check per Application while something is progressing.
+fn schedule_requeue(shared: &Arc<Shared>, app: &AppKey) {
+    if !shared
+        .requeues
+        .lock()
+        .expect("requeues lock")
+        .insert(app.clone())
+    {
+        return;
+    }
+    let shared = shared.clone();
+    let app = app.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(shared.settings.requeue_after).await;
+        shared.requeues.lock().expect("requeues lock").remove(&app);
+        if let Err(error) = shared
+            .queue
+            .publish(&Event::new(app.clone(), Cause::Requeue))
+            .await
+        {
+            tracing::debug!(app = %app, %error, "requeue not published; the sweep covers it");
+        }
+    });
+}
+
+impl Shared {
+    fn record_line(&self, what: &str, app: &AppKey) {
+        if let Some(file) = &self.record {
+            let line = format!("{what} {app} {}\n", self.id);
+            let _ = file.lock().expect("record lock").write_all(line.as_bytes());
+        }
+    }
+}
+
+fn hostname() -> String {
+    std::env::var("HOSTNAME")
+        .ok()
+        .or_else(|| {
+            std::fs::read_to_string("/etc/hostname")
+                .ok()
+                .map(|h| h.trim().to_string())
+        })
+        .unwrap_or_else(|| "setpoint".into())
+}

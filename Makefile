@@ -17,7 +17,7 @@ export CARGO_TERM_COLOR ?= never
 RUSTC_VERSION := $(shell rustc --version 2>/dev/null | awk '{print $$2}')
 export CARGO_TARGET_DIR ?= $(SETPOINT_CACHE)/cargo-target-$(RUSTC_VERSION)
 
-PHONY_EXTRA := crd
+PHONY_EXTRA := crd bench
 .PHONY: all build test unit lint demo bench cluster-build cluster-up cluster-down \
 	rabbitmq-up rabbitmq-down up down fmt $(PHONY_EXTRA)
 
@@ -64,7 +64,10 @@ test: up lint
 	@echo "[test] cargo test against $$(grep server: $(KUBECONFIG) | awk '{print $$2}') and amqp://127.0.0.1:5672"
 	cargo test --all-targets
 
+## Benchmarks against the real control plane and RabbitMQ (release build).
+bench: up
+	cargo bench --bench reconcile
+
 demo: up
-	@echo "[demo] control plane and RabbitMQ are up; KUBECONFIG=$(KUBECONFIG)"
-	$(KUBECTL) get nodes
-	@echo "[demo] the reconciler (Git -> cluster) is the next step; this demo grows with it."
+	cargo build --bin setpoint
+	KUBECTL=$(KUBECTL) SETPOINT=$(CARGO_TARGET_DIR)/debug/setpoint tests/demo/demo.sh

@@ -9,6 +9,7 @@ use crate::api::Application;
 use crate::context::Context;
 use crate::reconcile::plan::{Action, Cause, Plan};
 use crate::reconcile::{self, Outcome, Request};
+use crate::serve::{Roles, ServeOptions, serve};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -26,6 +27,17 @@ pub struct Cli {
 
 #[derive(Subcommand, Debug)]
 pub enum Command {
+    /// Everything in one process: webhook, watch, sweep and workers, with the
+    /// in-process queue unless --amqp-url is given.
+    Run(#[command(flatten)] ServeOptions),
+    /// Receive GitHub and GitLab push webhooks and enqueue (needs RabbitMQ).
+    Webhook(#[command(flatten)] ServeOptions),
+    /// Reconcile Applications from the queue (any number of processes).
+    Worker(#[command(flatten)] ServeOptions),
+    /// Watch live objects and Applications and enqueue what changed.
+    Watch(#[command(flatten)] ServeOptions),
+    /// Enqueue every Application at a slow interval (one active replica).
+    Sweep(#[command(flatten)] ServeOptions),
     /// Print the Application CustomResourceDefinition as YAML.
     Crd,
     /// Reconcile one Application once; print the plan and the outcome.
@@ -53,7 +65,35 @@ pub fn default_cache_dir() -> PathBuf {
 
 /// Runs the command; returns the process exit code.
 pub async fn run(cli: Cli) -> anyhow::Result<i32> {
+    let roles = |webhook, worker, watch, sweep| Roles {
+        webhook,
+        worker,
+        watch,
+        sweep,
+    };
     match cli.command {
+        Command::Run(options) => {
+            let roles = roles(true, true, !options.no_watch, !options.no_sweep);
+            serve(options, roles, cli.cache_dir).await?;
+            Ok(0)
+        }
+        Command::Webhook(options) => {
+            serve(options, roles(true, false, false, false), cli.cache_dir).await?;
+            Ok(0)
+        }
+        Command::Worker(options) => {
+            let watch = options.watch;
+            serve(options, roles(false, true, watch, false), cli.cache_dir).await?;
+            Ok(0)
+        }
+        Command::Watch(options) => {
+            serve(options, roles(false, false, true, false), cli.cache_dir).await?;
+            Ok(0)
+        }
+        Command::Sweep(options) => {
+            serve(options, roles(false, false, false, true), cli.cache_dir).await?;
+            Ok(0)
+        }
         Command::Crd => {
             print!("{}", crd_yaml());
             Ok(0)

@@ -47,7 +47,8 @@ impl Context {
         Ok(Self(Arc::new(Inner {
             client,
             requests,
-            git: GitSource::new(cache_dir),
+            // Short in-process retries: the queue retries with backoff too.
+            git: GitSource::new(cache_dir).with_fetch_retry_budget(std::time::Duration::from_secs(2)),
             kinds: Kinds::default(),
             reporter,
         })))

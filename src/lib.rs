@@ -14,5 +14,6 @@ pub mod manifest;
 pub mod queue;
 pub mod reconcile;
 pub mod report;
+pub mod serve;
 pub mod source;
 pub mod worker;

@@ -288,7 +288,7 @@ impl Shared {
     }
 }
 
-fn hostname() -> String {
+pub fn hostname() -> String {
     std::env::var("HOSTNAME")
         .ok()
         .or_else(|| {

@@ -29,14 +29,15 @@ use crate::reconcile::health::assess;
 use crate::reconcile::plan::FIELD_MANAGER;
 use crate::reconcile::prepare::{APP_ANNOTATION, APP_LABEL};
 
-/// Runs the Application watch (feeding `writer`) and, when `objects` is
-/// true, the live-object watches. Returns when the Application watch ends.
+/// Runs the Application watch (feeding `writer`; enqueueing spec changes
+/// when `apps` is true) and, when `objects` is true, the live-object watches.
 pub async fn run(
     client: Client,
     queue: Arc<dyn Queue>,
     writer: reflector::store::Writer<Application>,
     store: Store<Application>,
     objects: bool,
+    apps: bool,
 ) {
     let watches = Arc::new(Mutex::new(KindWatches::default()));
     let mut generations: HashMap<AppKey, Option<i64>> = HashMap::new();
@@ -70,7 +71,7 @@ pub async fn run(
                     None => !listing || generation_unobserved(&app),
                     Some(previous) => previous != generation,
                 };
-                if changed {
+                if changed && apps {
                     publish(&queue, Event::new(key, Cause::AppChanged)).await;
                 }
             }

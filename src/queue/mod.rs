@@ -13,7 +13,7 @@
 //! - every event of one Application goes to one consumer at a time (the
 //!   worker adds a per-Application lock within the process).
 
-// pub mod amqp; (arriving)
+pub mod amqp;
 pub mod memory;
 
 use std::time::Duration;

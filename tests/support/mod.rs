@@ -7,6 +7,7 @@
 
 pub mod app;
 pub mod git;
+pub mod process;
 
 use std::future::Future;
 use std::path::PathBuf;

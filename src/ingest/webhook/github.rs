@@ -1,0 +1,270 @@
+//! GitHub's side of the webhook: `X-Hub-Signature-256`, `X-GitHub-Event`,
+//! `X-GitHub-Delivery` and the `push` payload, brought to a [`Push`].
+//!
+//! GitHub cuts a push's commit list (at 20 commits where its docs promise
+//! it for timeline events, at 2048 for webhook deliveries) without saying so,
+//! and lists none for a new branch or tag, so the changed files are trusted
+//! only when the list is surely complete.
+
+use actix_web::{HttpRequest, HttpResponse, web};
+use serde::Deserialize;
+
+use super::route::{Push, is_null_commit};
+use super::{CommitFiles, Provider, Reply, WebhookError, WebhookState, changed_files, signature};
+
+const EVENT_HEADER: &str = "X-GitHub-Event";
+const DELIVERY_HEADER: &str = "X-GitHub-Delivery";
+/// From this many commits on, the list may have been cut: the lower of
+/// GitHub's documented limits, since nothing in the payload tells them apart.
+const MAX_LISTED_COMMITS: usize = 20;
+
+pub(super) async fn handle(
+    request: HttpRequest,
+    payload: web::Payload,
+    state: web::Data<WebhookState>,
+) -> Result<HttpResponse, WebhookError> {
+    let result = receive(&request, payload, &state).await;
+    state.finish(Provider::GitHub, result)
+}
+
+async fn receive(
+    request: &HttpRequest,
+    payload: web::Payload,
+    state: &WebhookState,
+) -> Result<Reply, WebhookError> {
+    let settings = state.settings();
+    let body = super::read_body(request, payload, settings.body_limit).await?;
+    signature::verify_github(
+        &settings.github_secrets,
+        &body,
+        super::header(request, signature::GITHUB_HEADER),
+    )?;
+    let event = super::header(request, EVENT_HEADER).filter(|event| !event.is_empty());
+    match event.ok_or(WebhookError::MissingHeader(EVENT_HEADER))? {
+        "ping" => return Ok(Reply::Pong),
+        "push" => {}
+        other => return Ok(Reply::Ignored(super::echo(other))),
+    }
+    let delivery = super::header(request, DELIVERY_HEADER).filter(|id| !id.is_empty());
+    if state.is_duplicate(Provider::GitHub, delivery) {
+        return Ok(Reply::Duplicate);
+    }
+    let push = parse_push(&body)?;
+    state.enqueue(Provider::GitHub, delivery, &push).await
+}
+
+/// The fields of GitHub's push payload that routing needs.
+#[derive(Debug, Deserialize)]
+struct PushPayload {
+    #[serde(rename = "ref")]
+    git_ref: String,
+    after: String,
+    created: Option<bool>,
+    deleted: Option<bool>,
+    forced: Option<bool>,
+    commits: Option<Vec<CommitFiles>>,
+    repository: Repository,
+}
+
+#[derive(Debug, Deserialize)]
+struct Repository {
+    clone_url: Option<String>,
+    ssh_url: Option<String>,
+    html_url: Option<String>,
+    git_url: Option<String>,
+    url: Option<String>,
+    default_branch: Option<String>,
+    /// The older name of `default_branch`, still sent in push payloads.
+    master_branch: Option<String>,
+}
+
+fn parse_push(body: &[u8]) -> Result<Push, WebhookError> {
+    let payload: PushPayload = super::payload_from(super::parse_json(body)?)?;
+    super::check_commit("after", &payload.after)?;
+    let repository = payload.repository;
+    let repo_urls: Vec<String> = [
+        repository.clone_url,
+        repository.ssh_url,
+        repository.html_url,
+        repository.git_url,
+        repository.url,
+    ]
+    .into_iter()
+    .flatten()
+    .filter(|url| !url.trim().is_empty())
+    .collect();
+    if repo_urls.is_empty() {
+        return Err(WebhookError::InvalidPayload(
+            "the repository has no URL".into(),
+        ));
+    }
+    // A forced push may have dropped commits whose files the list does not
+    // show, and a new branch or tag is new to every Application following
+    // it; neither says all that changed.
+    let rewritten = payload.forced.unwrap_or(false) || payload.created.unwrap_or(false);
+    let changed_files = match &payload.commits {
+        Some(commits)
+            if !rewritten && !commits.is_empty() && commits.len() < MAX_LISTED_COMMITS =>
+        {
+            changed_files(commits)
+        }
+        _ => None,
+    };
+    Ok(Push {
+        repo_urls,
+        git_ref: payload.git_ref,
+        deleted: payload.deleted.unwrap_or(false) || is_null_commit(&payload.after),
+        commit: payload.after,
+        default_branch: repository
+            .default_branch
+            .or(repository.master_branch)
+            .filter(|branch| !branch.is_empty()),
+        changed_files,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::ingest::webhook::tests::github_push;
+
+    fn parse(value: serde_json::Value) -> Push {
+        parse_push(value.to_string().as_bytes()).unwrap()
+    }
+
+    #[test]
+    fn a_documented_push_becomes_a_push() {
+        let push = parse(github_push(
+            "refs/heads/main",
+            &[&["apps/a/deploy.yaml"], &["README.md"]],
+        ));
+        assert_eq!(push.git_ref, "refs/heads/main");
+        assert_eq!(push.commit, "0d1a26e67d8f5eaf1f6ba5c57fc3c7d91ac0fd1c");
+        assert_eq!(push.default_branch.as_deref(), Some("main"));
+        assert!(!push.deleted);
+        assert_eq!(
+            push.repo_urls,
+            [
+                "https://github.com/octo-org/deploy.git",
+                "git@github.com:octo-org/deploy.git",
+                "https://github.com/octo-org/deploy",
+                "git://github.com/octo-org/deploy.git",
+                "https://github.com/octo-org/deploy",
+            ]
+        );
+        assert_eq!(
+            push.changed_files,
+            Some(vec![
+                "README.md".to_string(),
+                "apps/a/deploy.yaml".to_string()
+            ])
+        );
+    }
+
+    #[test]
+    fn changed_files_are_the_union_over_commits() {
+        let mut payload = github_push("refs/heads/main", &[]);
+        payload["commits"] = json!([
+            {"id": "1", "added": ["apps/a/new.yaml"], "removed": [], "modified": ["apps/b/x.yaml"]},
+            {"id": "2", "added": [], "removed": ["apps/c/old.yaml"], "modified": ["apps/b/x.yaml"]},
+        ]);
+        assert_eq!(
+            parse(payload).changed_files.unwrap(),
+            ["apps/a/new.yaml", "apps/b/x.yaml", "apps/c/old.yaml"]
+        );
+    }
+
+    #[test]
+    fn lists_that_may_be_incomplete_are_not_trusted() {
+        let files: &[&str] = &["apps/a/x.yaml"];
+        // 20 commits: GitHub's cut-off.
+        let many = github_push("refs/heads/main", &[files; 20]);
+        assert_eq!(parse(many).changed_files, None);
+        let nineteen = github_push("refs/heads/main", &[files; 19]);
+        assert!(parse(nineteen).changed_files.is_some());
+        // No commits, with or without a head commit.
+        let mut empty = github_push("refs/heads/main", &[]);
+        empty["head_commit"] = json!(null);
+        assert_eq!(parse(empty).changed_files, None);
+        assert_eq!(
+            parse(github_push("refs/heads/main", &[])).changed_files,
+            None
+        );
+        let mut missing = github_push("refs/heads/main", &[files]);
+        missing.as_object_mut().unwrap().remove("commits");
+        assert_eq!(parse(missing).changed_files, None);
+        // Forced and created pushes, even with commits listed.
+        for flag in ["forced", "created"] {
+            let mut payload = github_push("refs/heads/main", &[files]);
+            payload[flag] = json!(true);
+            assert_eq!(parse(payload).changed_files, None, "{flag}");
+        }
+        // A commit without its lists.
+        let mut partial = github_push("refs/heads/main", &[files]);
+        partial["commits"][0]
+            .as_object_mut()
+            .unwrap()
+            .remove("modified");
+        assert_eq!(parse(partial).changed_files, None);
+    }
+
+    #[test]
+    fn deletions_are_recognized() {
+        let mut deleted = github_push("refs/heads/feature", &[]);
+        deleted["deleted"] = json!(true);
+        deleted["after"] = json!("0000000000000000000000000000000000000000");
+        deleted["head_commit"] = json!(null);
+        assert!(parse(deleted).deleted);
+        let mut zeros_only = github_push("refs/heads/feature", &[]);
+        zeros_only["after"] = json!("0000000000000000000000000000000000000000");
+        assert!(parse(zeros_only).deleted);
+    }
+
+    #[test]
+    fn the_older_master_branch_field_is_a_fallback() {
+        let mut payload = github_push("refs/heads/trunk", &[]);
+        payload["repository"]
+            .as_object_mut()
+            .unwrap()
+            .remove("default_branch");
+        payload["repository"]["master_branch"] = json!("trunk");
+        assert_eq!(parse(payload).default_branch.as_deref(), Some("trunk"));
+    }
+
+    #[test]
+    fn missing_or_wrong_fields_are_invalid() {
+        let message = |value: serde_json::Value| {
+            parse_push(value.to_string().as_bytes())
+                .unwrap_err()
+                .to_string()
+        };
+        let mut no_ref = github_push("refs/heads/main", &[]);
+        no_ref.as_object_mut().unwrap().remove("ref");
+        assert_eq!(message(no_ref), "invalid push payload: missing field `ref`");
+        let mut no_repo = github_push("refs/heads/main", &[]);
+        no_repo.as_object_mut().unwrap().remove("repository");
+        assert_eq!(
+            message(no_repo),
+            "invalid push payload: missing field `repository`"
+        );
+        let mut short = github_push("refs/heads/main", &[]);
+        short["after"] = json!("0d1a26e");
+        assert_eq!(
+            message(short),
+            "invalid push payload: after is not a full commit id"
+        );
+        let no_urls = json!({"ref": "refs/heads/main", "after": "0d1a26e67d8f5eaf1f6ba5c57fc3c7d91ac0fd1c", "repository": {"name": "deploy"}});
+        assert_eq!(
+            message(no_urls),
+            "invalid push payload: the repository has no URL"
+        );
+        let wrong_type = json!({"ref": 1, "after": "x", "repository": {}});
+        assert!(message(wrong_type).starts_with("invalid push payload: invalid type: integer `1`"));
+        assert_eq!(
+            parse_push(b"{not json").unwrap_err().to_string(),
+            "malformed JSON: key must be a string at line 1 column 2"
+        );
+    }
+}

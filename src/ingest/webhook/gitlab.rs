@@ -1,0 +1,295 @@
+//! GitLab's side of the webhook: `X-Gitlab-Token`, `X-Gitlab-Event`, the
+//! delivery's idempotency key and the push and tag push payloads (from a
+//! project hook, or from a system hook, which sends the same payload), brought
+//! to a [`Push`].
+//!
+//! GitLab lists at most 20 commits but says how many there were
+//! (`total_commits_count`), so a cut list is recognized as such.
+
+use actix_web::{HttpRequest, HttpResponse, web};
+use serde::Deserialize;
+
+use super::route::{Push, is_null_commit};
+use super::{CommitFiles, Provider, Reply, WebhookError, WebhookState, changed_files, signature};
+
+const EVENT_HEADER: &str = "X-Gitlab-Event";
+/// The same on every retry of one delivery (GitLab 17.4 and later).
+const IDEMPOTENCY_HEADER: &str = "Idempotency-Key";
+/// Identifies the event; what older GitLab versions offer instead.
+const EVENT_UUID_HEADER: &str = "X-Gitlab-Event-UUID";
+
+pub(super) async fn handle(
+    request: HttpRequest,
+    payload: web::Payload,
+    state: web::Data<WebhookState>,
+) -> Result<HttpResponse, WebhookError> {
+    let result = receive(&request, payload, &state).await;
+    state.finish(Provider::GitLab, result)
+}
+
+async fn receive(
+    request: &HttpRequest,
+    payload: web::Payload,
+    state: &WebhookState,
+) -> Result<Reply, WebhookError> {
+    let settings = state.settings();
+    let body = super::read_body(request, payload, settings.body_limit).await?;
+    signature::verify_gitlab(
+        &settings.gitlab_tokens,
+        super::header(request, signature::GITLAB_HEADER),
+    )?;
+    let event = super::header(request, EVENT_HEADER)
+        .filter(|event| !event.is_empty())
+        .ok_or(WebhookError::MissingHeader(EVENT_HEADER))?;
+    let parsed = match event {
+        "Push Hook" | "Tag Push Hook" => None,
+        // A system hook's kind is in its body.
+        "System Hook" => {
+            let value = super::parse_json(&body)?;
+            let kind = value
+                .get("object_kind")
+                .or_else(|| value.get("event_name"))
+                .and_then(|kind| kind.as_str())
+                .unwrap_or_default();
+            if !matches!(kind, "push" | "tag_push") {
+                let ignored = match kind {
+                    "" => event.to_owned(),
+                    kind => format!("{event} ({})", super::echo(kind)),
+                };
+                return Ok(Reply::Ignored(ignored));
+            }
+            Some(value)
+        }
+        other => return Ok(Reply::Ignored(super::echo(other))),
+    };
+    let delivery = [IDEMPOTENCY_HEADER, EVENT_UUID_HEADER]
+        .into_iter()
+        .find_map(|name| super::header(request, name).filter(|id| !id.is_empty()));
+    if state.is_duplicate(Provider::GitLab, delivery) {
+        return Ok(Reply::Duplicate);
+    }
+    let value = match parsed {
+        Some(value) => value,
+        None => super::parse_json(&body)?,
+    };
+    let push = push_from(value)?;
+    state.enqueue(Provider::GitLab, delivery, &push).await
+}
+
+/// The fields of GitLab's push and tag push payloads that routing needs.
+#[derive(Debug, Deserialize)]
+struct PushPayload {
+    #[serde(rename = "ref")]
+    git_ref: String,
+    before: Option<String>,
+    after: String,
+    /// The commit, also for an annotated tag, whose `after` is the tag
+    /// object; null when the ref was deleted.
+    checkout_sha: Option<String>,
+    total_commits_count: Option<u64>,
+    commits: Option<Vec<CommitFiles>>,
+    project: Option<Project>,
+    repository: Option<Repository>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Project {
+    git_http_url: Option<String>,
+    git_ssh_url: Option<String>,
+    web_url: Option<String>,
+    http_url: Option<String>,
+    ssh_url: Option<String>,
+    url: Option<String>,
+    default_branch: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Repository {
+    git_http_url: Option<String>,
+    git_ssh_url: Option<String>,
+    homepage: Option<String>,
+    url: Option<String>,
+}
+
+fn push_from(value: serde_json::Value) -> Result<Push, WebhookError> {
+    let payload: PushPayload = super::payload_from(value)?;
+    let deleted = is_null_commit(&payload.after);
+    let (field, commit) = match payload
+        .checkout_sha
+        .filter(|sha| !sha.is_empty() && !deleted)
+    {
+        Some(sha) => ("checkout_sha", sha),
+        None => ("after", payload.after),
+    };
+    super::check_commit(field, &commit)?;
+
+    let (project, repository) = (payload.project, payload.repository);
+    let mut repo_urls = Vec::new();
+    if let Some(project) = &project {
+        repo_urls.extend(
+            [
+                &project.git_http_url,
+                &project.git_ssh_url,
+                &project.web_url,
+                &project.http_url,
+                &project.ssh_url,
+                &project.url,
+            ]
+            .into_iter()
+            .flatten()
+            .cloned(),
+        );
+    }
+    if let Some(repository) = &repository {
+        repo_urls.extend(
+            [
+                &repository.git_http_url,
+                &repository.git_ssh_url,
+                &repository.homepage,
+                &repository.url,
+            ]
+            .into_iter()
+            .flatten()
+            .cloned(),
+        );
+    }
+    repo_urls.retain(|url| !url.trim().is_empty());
+    if repo_urls.is_empty() {
+        return Err(WebhookError::InvalidPayload(
+            "the project has no URL".into(),
+        ));
+    }
+
+    // A new branch or tag is new to every Application following it, and a
+    // list shorter than the count was cut.
+    let created = payload.before.as_deref().is_some_and(is_null_commit);
+    let changed_files = match &payload.commits {
+        Some(commits)
+            if !created
+                && !commits.is_empty()
+                && payload
+                    .total_commits_count
+                    .is_none_or(|total| total <= commits.len() as u64) =>
+        {
+            changed_files(commits)
+        }
+        _ => None,
+    };
+    Ok(Push {
+        repo_urls,
+        git_ref: payload.git_ref,
+        commit,
+        default_branch: project
+            .and_then(|project| project.default_branch)
+            .filter(|branch| !branch.is_empty()),
+        deleted,
+        changed_files,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::ingest::webhook::tests::{gitlab_push, gitlab_tag_push};
+
+    fn parse(value: serde_json::Value) -> Push {
+        push_from(value).unwrap()
+    }
+
+    #[test]
+    fn a_documented_push_becomes_a_push() {
+        let push = parse(gitlab_push(
+            "refs/heads/master",
+            &[&["apps/a/x.yaml"], &["CHANGELOG"]],
+        ));
+        assert_eq!(push.git_ref, "refs/heads/master");
+        assert_eq!(push.commit, "da1560886d4f094c3e6c9ef40349f7d38b5d27d7");
+        assert_eq!(push.default_branch.as_deref(), Some("master"));
+        assert!(!push.deleted);
+        assert!(
+            push.repo_urls
+                .contains(&"http://example.com/mike/diaspora.git".to_string())
+        );
+        assert!(
+            push.repo_urls
+                .contains(&"git@example.com:mike/diaspora.git".to_string())
+        );
+        assert!(
+            push.repo_urls
+                .contains(&"http://example.com/mike/diaspora".to_string())
+        );
+        assert_eq!(push.changed_files.unwrap(), ["CHANGELOG", "apps/a/x.yaml"]);
+    }
+
+    #[test]
+    fn a_tag_push_uses_the_checkout_sha_and_trusts_no_file_list() {
+        let push = parse(gitlab_tag_push("refs/tags/v1.0.0"));
+        assert_eq!(push.git_ref, "refs/tags/v1.0.0");
+        // The commit, not the annotated tag object in `after`.
+        assert_eq!(push.commit, "82b3d5ae55f7080f1e6022629cdb57bfae7cccc7");
+        assert_eq!(push.changed_files, None);
+        assert!(!push.deleted);
+    }
+
+    #[test]
+    fn lists_that_may_be_incomplete_are_not_trusted() {
+        let files: &[&str] = &["apps/a/x.yaml"];
+        let mut cut = gitlab_push("refs/heads/master", &[files; 20]);
+        cut["total_commits_count"] = json!(25);
+        assert_eq!(parse(cut).changed_files, None);
+        let mut whole = gitlab_push("refs/heads/master", &[files; 20]);
+        whole["total_commits_count"] = json!(20);
+        assert!(parse(whole).changed_files.is_some());
+        assert_eq!(
+            parse(gitlab_push("refs/heads/master", &[])).changed_files,
+            None
+        );
+        let mut created = gitlab_push("refs/heads/feature", &[files]);
+        created["before"] = json!("0000000000000000000000000000000000000000");
+        assert_eq!(parse(created).changed_files, None);
+    }
+
+    #[test]
+    fn deletions_are_recognized() {
+        let mut deleted = gitlab_push("refs/heads/feature", &[]);
+        deleted["after"] = json!("0000000000000000000000000000000000000000");
+        deleted["checkout_sha"] = json!(null);
+        assert!(parse(deleted).deleted);
+    }
+
+    #[test]
+    fn the_repository_urls_are_used_without_a_project() {
+        let mut payload = gitlab_push("refs/heads/master", &[&["a"]]);
+        payload.as_object_mut().unwrap().remove("project");
+        let push = parse(payload);
+        assert!(
+            push.repo_urls
+                .contains(&"git@example.com:mike/diaspora.git".to_string())
+        );
+        // Without the project there is no default branch.
+        assert_eq!(push.default_branch, None);
+    }
+
+    #[test]
+    fn missing_fields_are_invalid() {
+        let message = |value| push_from(value).unwrap_err().to_string();
+        let mut no_ref = gitlab_push("refs/heads/master", &[]);
+        no_ref.as_object_mut().unwrap().remove("ref");
+        assert_eq!(message(no_ref), "invalid push payload: missing field `ref`");
+        let mut no_urls = gitlab_push("refs/heads/master", &[]);
+        no_urls.as_object_mut().unwrap().remove("project");
+        no_urls.as_object_mut().unwrap().remove("repository");
+        assert_eq!(
+            message(no_urls),
+            "invalid push payload: the project has no URL"
+        );
+        let mut bad_sha = gitlab_push("refs/heads/master", &[]);
+        bad_sha["checkout_sha"] = json!("nope");
+        assert_eq!(
+            message(bad_sha),
+            "invalid push payload: checkout_sha is not a full commit id"
+        );
+    }
+}

@@ -1,0 +1,420 @@
+//! Which Applications one push concerns: a pure function of the push (as
+//! GitHub and GitLab describe it, brought to one shape by `github` and
+//! `gitlab`) and the Applications' sources, so every case is a unit test on
+//! plain data.
+//!
+//! It errs on the side of enqueueing: an extra event costs one reconcile that
+//! finds nothing to do, a missed one leaves the cluster behind Git until the
+//! next sweep. So whenever the payload cannot say for sure what changed, every
+//! Application of the repository and revision is enqueued.
+
+use std::collections::BTreeSet;
+
+use super::AppSource;
+use crate::event::AppKey;
+use crate::source::git::{normalize_path, normalize_url};
+
+/// One push, as both providers describe it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Push {
+    /// Every spelling of the repository the payload gives (HTTPS, SSH, web).
+    pub repo_urls: Vec<String>,
+    /// The full ref that moved: `refs/heads/main`, `refs/tags/v1`.
+    pub git_ref: String,
+    /// The commit the ref now points to.
+    pub commit: String,
+    /// The repository's default branch (a name, not a ref), for Applications
+    /// that follow `HEAD`; `None` when the payload does not say.
+    pub default_branch: Option<String>,
+    /// The ref was deleted: nothing to deploy.
+    pub deleted: bool,
+    /// Every file the push added, modified or removed, from the repository
+    /// root; `None` when the payload's list is missing or may be incomplete.
+    pub changed_files: Option<Vec<String>>,
+}
+
+/// The Applications to reconcile for `push`, sorted, each once.
+pub fn route(push: &Push, apps: &[AppSource]) -> Vec<AppKey> {
+    if push.deleted {
+        return Vec::new();
+    }
+    let repos: BTreeSet<String> = push
+        .repo_urls
+        .iter()
+        .filter(|url| !url.trim().is_empty())
+        .map(|url| normalize_url(url))
+        .collect();
+    let changed: Option<Vec<String>> = push.changed_files.as_ref().map(|files| {
+        files
+            .iter()
+            .map(|file| normalize_path(Some(file)))
+            .collect()
+    });
+    let matched: BTreeSet<&AppKey> = apps
+        .iter()
+        .filter(|app| !app.repo_url.trim().is_empty())
+        .filter(|app| repos.contains(&normalize_url(&app.repo_url)))
+        .filter(|app| {
+            revision_matches(
+                app.target_revision.as_deref(),
+                &push.git_ref,
+                push.default_branch.as_deref(),
+            )
+        })
+        .filter(|app| match &changed {
+            Some(files) => path_changed(&normalize_path(app.path.as_deref()), files),
+            None => true,
+        })
+        .map(|app| &app.key)
+        .collect();
+    matched.into_iter().cloned().collect()
+}
+
+/// Whether a push to `git_ref` moves what `target_revision` names, resolved
+/// the way `source::git` resolves it: a name is a branch or a tag, a full
+/// ref is itself, nothing (or `HEAD`) is the default branch.
+pub fn revision_matches(
+    target_revision: Option<&str>,
+    git_ref: &str,
+    default_branch: Option<&str>,
+) -> bool {
+    match target_revision.map(str::trim) {
+        None | Some("") | Some("HEAD") => match default_branch.map(str::trim) {
+            Some(branch) if !branch.is_empty() => {
+                git_ref.strip_prefix("refs/heads/") == Some(branch)
+            }
+            // Real payloads name it; should one not, any branch might be the
+            // default one.
+            _ => git_ref.starts_with("refs/heads/"),
+        },
+        // A commit id never moves, so no push changes what it names.
+        Some(id) if is_full_commit_id(id) => false,
+        Some(name) => {
+            git_ref.strip_prefix("refs/heads/") == Some(name)
+                || git_ref.strip_prefix("refs/tags/") == Some(name)
+                || (name.starts_with("refs/") && git_ref == name)
+        }
+    }
+}
+
+/// Whether any of `changed` (normalized) is `path` or under it; the root
+/// (`""`) sees every change.
+fn path_changed(path: &str, changed: &[String]) -> bool {
+    path.is_empty()
+        || changed.iter().any(|file| {
+            file.strip_prefix(path)
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+        })
+}
+
+/// SHA-1 or SHA-256, as `source::git` recognizes them.
+fn is_full_commit_id(text: &str) -> bool {
+    (text.len() == 40 || text.len() == 64) && text.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+/// The all-zero id both providers send as the new commit of a deleted ref.
+pub fn is_null_commit(commit: &str) -> bool {
+    !commit.is_empty() && commit.bytes().all(|b| b == b'0')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const COMMIT: &str = "0d1a26e67d8f5eaf1f6ba5c57fc3c7d91ac0fd1c";
+
+    fn app(name: &str, repo_url: &str, revision: Option<&str>, path: Option<&str>) -> AppSource {
+        AppSource {
+            key: AppKey::new("team", name),
+            repo_url: repo_url.into(),
+            target_revision: revision.map(Into::into),
+            path: path.map(Into::into),
+        }
+    }
+
+    fn push(git_ref: &str, changed: Option<&[&str]>) -> Push {
+        Push {
+            repo_urls: vec![
+                "https://github.com/octo-org/deploy.git".into(),
+                "git@github.com:octo-org/deploy.git".into(),
+                "https://github.com/octo-org/deploy".into(),
+            ],
+            git_ref: git_ref.into(),
+            commit: COMMIT.into(),
+            default_branch: Some("main".into()),
+            deleted: false,
+            changed_files: changed.map(|files| files.iter().map(|f| f.to_string()).collect()),
+        }
+    }
+
+    fn names(keys: Vec<AppKey>) -> Vec<String> {
+        keys.into_iter().map(|key| key.name).collect()
+    }
+
+    #[test]
+    fn every_spelling_of_the_repository_matches() {
+        let apps: Vec<AppSource> = [
+            "https://github.com/octo-org/deploy",
+            "https://github.com/octo-org/deploy.git",
+            "https://github.com/octo-org/deploy/",
+            "HTTPS://GitHub.com/octo-org/deploy",
+            "http://github.com/octo-org/deploy",
+            "git@github.com:octo-org/deploy.git",
+            "git@GITHUB.COM:octo-org/deploy",
+            "ssh://git@github.com/octo-org/deploy.git",
+            "ssh://git@github.com:22/octo-org/deploy",
+            "https://bot:token@github.com/octo-org/deploy.git",
+            "git://github.com/octo-org/deploy.git",
+        ]
+        .iter()
+        .enumerate()
+        .map(|(i, url)| app(&format!("app-{i:02}"), url, None, None))
+        .collect();
+        assert_eq!(
+            route(&push("refs/heads/main", None), &apps).len(),
+            apps.len()
+        );
+    }
+
+    #[test]
+    fn other_repositories_do_not_match() {
+        let apps = [
+            app("fork", "https://github.com/someone/deploy", None, None),
+            app(
+                "longer",
+                "https://github.com/octo-org/deploy-prod",
+                None,
+                None,
+            ),
+            app(
+                "nested",
+                "https://github.com/octo-org/deploy/sub",
+                None,
+                None,
+            ),
+            app(
+                "other-host",
+                "https://gitlab.com/octo-org/deploy",
+                None,
+                None,
+            ),
+            app(
+                "other-port",
+                "https://github.com:8443/octo-org/deploy",
+                None,
+                None,
+            ),
+            app("empty", "", None, None),
+            app("right", "https://github.com/octo-org/deploy", None, None),
+        ];
+        assert_eq!(
+            names(route(&push("refs/heads/main", None), &apps)),
+            ["right"]
+        );
+    }
+
+    #[test]
+    fn an_empty_payload_url_matches_nothing() {
+        let mut only_empty = push("refs/heads/main", None);
+        only_empty.repo_urls = vec!["".into(), "  ".into()];
+        let apps = [app("empty", "", None, None), app("blank", " ", None, None)];
+        assert!(route(&only_empty, &apps).is_empty());
+    }
+
+    #[test]
+    fn revisions_match_refs() {
+        let default = Some("main");
+        for (target, git_ref, expected) in [
+            // The default branch, three ways.
+            (None, "refs/heads/main", true),
+            (Some(""), "refs/heads/main", true),
+            (Some("HEAD"), "refs/heads/main", true),
+            (Some(" HEAD "), "refs/heads/main", true),
+            (None, "refs/heads/feature", false),
+            (None, "refs/tags/main", false),
+            (None, "refs/tags/v1", false),
+            // Branch names.
+            (Some("main"), "refs/heads/main", true),
+            (Some("release/1.x"), "refs/heads/release/1.x", true),
+            (Some("release"), "refs/heads/release/1.x", false),
+            (Some("main"), "refs/heads/main2", false),
+            (Some("Main"), "refs/heads/main", false),
+            (Some("feature"), "refs/heads/main", false),
+            // Tags.
+            (Some("v1"), "refs/tags/v1", true),
+            (Some("v1"), "refs/tags/v1.1", false),
+            (Some("v1.2.3"), "refs/tags/v1.2.3", true),
+            // Full refs.
+            (Some("refs/heads/main"), "refs/heads/main", true),
+            (Some("refs/tags/v1"), "refs/tags/v1", true),
+            (Some("refs/heads/main"), "refs/tags/main", false),
+            (Some("refs/tags/v1"), "refs/heads/v1", false),
+            // `heads/main` is not how `source::git` spells a branch.
+            (Some("heads/main"), "refs/heads/main", false),
+            // Commit ids never move.
+            (Some(COMMIT), "refs/heads/main", false),
+            (Some(&COMMIT.to_ascii_uppercase()), "refs/heads/main", false),
+            (Some(&"ab".repeat(32)), "refs/heads/main", false),
+            // A short id is only a name to a push: it would have to be a branch.
+            (Some("0d1a26e"), "refs/heads/main", false),
+            (Some("0d1a26e"), "refs/heads/0d1a26e", true),
+        ] {
+            assert_eq!(
+                revision_matches(target, git_ref, default),
+                expected,
+                "{target:?} vs {git_ref}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_default_branch_comes_from_the_payload() {
+        assert!(revision_matches(None, "refs/heads/trunk", Some("trunk")));
+        assert!(!revision_matches(None, "refs/heads/main", Some("trunk")));
+        // Unknown: any branch could be it, never a tag.
+        assert!(revision_matches(None, "refs/heads/anything", None));
+        assert!(revision_matches(None, "refs/heads/anything", Some("")));
+        assert!(!revision_matches(None, "refs/tags/v1", None));
+    }
+
+    #[test]
+    fn apps_on_other_revisions_are_skipped() {
+        let url = "https://github.com/octo-org/deploy";
+        let apps = [
+            app("head", url, None, None),
+            app("main", url, Some("main"), None),
+            app("staging", url, Some("staging"), None),
+            app("v1", url, Some("v1"), None),
+            app("pinned", url, Some(COMMIT), None),
+        ];
+        assert_eq!(
+            names(route(&push("refs/heads/main", None), &apps)),
+            ["head", "main"]
+        );
+        assert_eq!(
+            names(route(&push("refs/heads/staging", None), &apps)),
+            ["staging"]
+        );
+        assert_eq!(names(route(&push("refs/tags/v1", None), &apps)), ["v1"]);
+        assert!(route(&push("refs/tags/v2", None), &apps).is_empty());
+    }
+
+    #[test]
+    fn a_monorepo_enqueues_only_the_apps_whose_path_changed() {
+        let url = "https://github.com/octo-org/deploy";
+        let apps = [
+            app("a", url, None, Some("apps/a")),
+            app("a-slash", url, None, Some("./apps/a/")),
+            app("ab", url, None, Some("apps/ab")),
+            app("b", url, None, Some("apps/b")),
+            app("apps", url, None, Some("apps")),
+            app("root", url, None, None),
+            app("root-dot", url, None, Some(".")),
+            app("root-slash", url, None, Some("/")),
+        ];
+        let only_a = push("refs/heads/main", Some(&["apps/a/deployment.yaml"]));
+        assert_eq!(
+            names(route(&only_a, &apps)),
+            ["a", "a-slash", "apps", "root", "root-dot", "root-slash"]
+        );
+        let only_b = push("refs/heads/main", Some(&["apps/b/nested/service.yaml"]));
+        assert_eq!(
+            names(route(&only_b, &apps)),
+            ["apps", "b", "root", "root-dot", "root-slash"]
+        );
+        let outside = push("refs/heads/main", Some(&["README.md", "docs/apps/a/x.md"]));
+        assert_eq!(
+            names(route(&outside, &apps)),
+            ["root", "root-dot", "root-slash"]
+        );
+        // The path itself changed (a file replaced the directory, or went).
+        let itself = push("refs/heads/main", Some(&["apps/b"]));
+        assert_eq!(
+            names(route(&itself, &apps)),
+            ["apps", "b", "root", "root-dot", "root-slash"]
+        );
+    }
+
+    #[test]
+    fn an_empty_change_list_reaches_only_root_apps() {
+        let url = "https://github.com/octo-org/deploy";
+        let apps = [
+            app("a", url, None, Some("apps/a")),
+            app("root", url, None, None),
+        ];
+        assert_eq!(
+            names(route(&push("refs/heads/main", Some(&[])), &apps)),
+            ["root"]
+        );
+    }
+
+    #[test]
+    fn an_unknown_change_list_reaches_every_app_of_the_revision() {
+        let url = "https://github.com/octo-org/deploy";
+        let apps = [
+            app("a", url, None, Some("apps/a")),
+            app("b", url, None, Some("apps/b")),
+            app("staging", url, Some("staging"), Some("apps/a")),
+        ];
+        assert_eq!(
+            names(route(&push("refs/heads/main", None), &apps)),
+            ["a", "b"]
+        );
+    }
+
+    #[test]
+    fn changed_files_are_normalized_before_comparing() {
+        let url = "https://github.com/octo-org/deploy";
+        let apps = [app("a", url, None, Some("apps/a"))];
+        assert_eq!(
+            names(route(
+                &push("refs/heads/main", Some(&["./apps//a/x.yaml"])),
+                &apps
+            )),
+            ["a"]
+        );
+        assert_eq!(
+            names(route(&push("refs/heads/main", Some(&["/apps/a"])), &apps)),
+            ["a"]
+        );
+    }
+
+    #[test]
+    fn a_deleted_ref_enqueues_nothing() {
+        let apps = [app(
+            "root",
+            "https://github.com/octo-org/deploy",
+            None,
+            None,
+        )];
+        let mut deleted = push("refs/heads/main", None);
+        deleted.deleted = true;
+        assert!(route(&deleted, &apps).is_empty());
+    }
+
+    #[test]
+    fn each_app_is_enqueued_once_in_order() {
+        let url = "https://github.com/octo-org/deploy";
+        let apps = [
+            app("zeta", url, None, None),
+            app("alpha", url, None, None),
+            app(
+                "zeta",
+                "git@github.com:octo-org/deploy.git",
+                Some("main"),
+                None,
+            ),
+        ];
+        assert_eq!(
+            names(route(&push("refs/heads/main", None), &apps)),
+            ["alpha", "zeta"]
+        );
+    }
+
+    #[test]
+    fn null_commits() {
+        assert!(is_null_commit(&"0".repeat(40)));
+        assert!(!is_null_commit(COMMIT));
+        assert!(!is_null_commit(""));
+    }
+}

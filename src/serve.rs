@@ -1,0 +1,260 @@
+//! The long-running roles, assembled: `run` (everything in one process, the
+//! embedded queue by default), `webhook`, `worker`, `watch` and `sweep`.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Args;
+use kube::runtime::reflector;
+use tokio::sync::watch;
+
+use crate::api::Application;
+use crate::context::Context;
+use crate::ingest::sweep::{self, LeaseSettings, SweepSettings};
+use crate::ingest::watch as live_watch;
+use crate::ingest::webhook::{self, WebhookSettings};
+use crate::queue::amqp::{AmqpQueue, AmqpSettings};
+use crate::queue::memory::MemoryQueue;
+use crate::queue::{Queue, RetryPolicy};
+use crate::worker::{self, WorkerSettings};
+
+/// Which parts of Setpoint this process runs.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Roles {
+    pub webhook: bool,
+    pub worker: bool,
+    pub watch: bool,
+    pub sweep: bool,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct ServeOptions {
+    /// RabbitMQ; without it `run` uses the in-process queue.
+    #[arg(long, env = "SETPOINT_AMQP_URL", hide_env_values = true)]
+    pub amqp_url: Option<String>,
+    /// Prefix of the exchanges and queues on RabbitMQ.
+    #[arg(long, env = "SETPOINT_AMQP_PREFIX", default_value = "setpoint")]
+    pub amqp_prefix: String,
+    /// Shard queues (fixed for a deployment: every process must agree).
+    #[arg(long, env = "SETPOINT_AMQP_SHARDS", default_value_t = 16)]
+    pub shards: u16,
+    /// Where the webhook listens.
+    #[arg(long, env = "SETPOINT_LISTEN", default_value = "0.0.0.0:8080")]
+    pub listen: SocketAddr,
+    /// GitHub webhook secrets, comma-separated (several while rotating).
+    #[arg(
+        long,
+        env = "SETPOINT_GITHUB_SECRETS",
+        hide_env_values = true,
+        value_delimiter = ','
+    )]
+    pub github_secret: Vec<String>,
+    /// A file holding a GitHub webhook secret (repeatable).
+    #[arg(long)]
+    pub github_secret_file: Vec<PathBuf>,
+    /// GitLab webhook tokens, comma-separated.
+    #[arg(
+        long,
+        env = "SETPOINT_GITLAB_TOKENS",
+        hide_env_values = true,
+        value_delimiter = ','
+    )]
+    pub gitlab_token: Vec<String>,
+    /// A file holding a GitLab webhook token (repeatable).
+    #[arg(long)]
+    pub gitlab_token_file: Vec<PathBuf>,
+    /// Largest webhook body accepted, in bytes (GitHub's own cap is 25 MiB).
+    #[arg(long, env = "SETPOINT_WEBHOOK_BODY_LIMIT", default_value_t = 25 * 1024 * 1024)]
+    pub body_limit: usize,
+    /// Reconciles at once in this process.
+    #[arg(long, env = "SETPOINT_CONCURRENCY", default_value_t = 8)]
+    pub concurrency: usize,
+    /// Every Application is reconciled at least this often (e.g. 10m, 30s).
+    #[arg(long, env = "SETPOINT_SWEEP_INTERVAL", default_value = "10m", value_parser = parse_duration)]
+    pub sweep_interval: Duration,
+    /// Namespace of the sweep's Lease.
+    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
+    pub lease_namespace: String,
+    /// `run` only: leave out the live-object watches.
+    #[arg(long)]
+    pub no_watch: bool,
+    /// `run` only: leave out the sweep.
+    #[arg(long)]
+    pub no_sweep: bool,
+    /// `worker` only: also watch the live objects.
+    #[arg(long)]
+    pub watch: bool,
+    /// Append `start`/`end` lines for each reconcile to this file.
+    #[arg(long, env = "SETPOINT_RECONCILE_RECORD")]
+    pub record: Option<PathBuf>,
+    /// Attempts before a failing event is parked.
+    #[arg(long, env = "SETPOINT_MAX_ATTEMPTS", default_value_t = 8)]
+    pub max_attempts: u32,
+    /// Delay before the first retry (doubling after).
+    #[arg(long, env = "SETPOINT_RETRY_INITIAL", default_value = "1s", value_parser = parse_duration)]
+    pub retry_initial: Duration,
+}
+
+/// `500ms`, `30s`, `10m`, `1h`.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let n: u64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} is not a duration like 30s or 10m"))?;
+    Ok(match unit {
+        "ms" => Duration::from_millis(n),
+        "s" | "" => Duration::from_secs(n),
+        "m" => Duration::from_secs(n * 60),
+        "h" => Duration::from_secs(n * 3600),
+        _ => return Err(format!("{text:?}: the unit must be ms, s, m or h")),
+    })
+}
+
+fn secrets(values: &[String], files: &[PathBuf]) -> anyhow::Result<Vec<String>> {
+    let mut all: Vec<String> = values
+        .iter()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .collect();
+    for file in files {
+        let text = std::fs::read_to_string(file)
+            .map_err(|e| anyhow::anyhow!("cannot read secret file {}: {e}", file.display()))?;
+        all.push(text.trim().to_string());
+    }
+    Ok(all)
+}
+
+pub async fn serve(options: ServeOptions, roles: Roles, cache_dir: PathBuf) -> anyhow::Result<()> {
+    let config = kube::Config::infer().await?;
+    let ctx = Context::new(config, cache_dir)?;
+    let retry = RetryPolicy {
+        max_attempts: options.max_attempts,
+        initial: options.retry_initial,
+        ..Default::default()
+    };
+    let queue: Arc<dyn Queue> = match &options.amqp_url {
+        Some(url) => {
+            let queue = AmqpQueue::connect(AmqpSettings {
+                url: url.clone(),
+                prefix: options.amqp_prefix.clone(),
+                shards: options.shards,
+                retry,
+                ..AmqpSettings::default()
+            })
+            .await;
+            if !queue.wait_ready(Duration::from_secs(30)).await {
+                tracing::warn!("RabbitMQ is not reachable yet; retrying in the background");
+            }
+            Arc::new(queue)
+        }
+        None if roles.webhook && roles.worker => Arc::new(MemoryQueue::new(retry)),
+        None => anyhow::bail!("this role needs RabbitMQ: pass --amqp-url or SETPOINT_AMQP_URL"),
+    };
+
+    let (shutdown_tx, shutdown) = watch::channel(false);
+    let mut tasks = tokio::task::JoinSet::new();
+    // The Application index: the webhook matches pushes against it, the
+    // sweep walks it, the watch learns the kinds in use from it.
+    let (store, writer) = reflector::store::<Application>();
+    let needs_index = roles.webhook || roles.watch || roles.sweep;
+    if needs_index {
+        let client = ctx.client.clone();
+        let queue = queue.clone();
+        let store = store.clone();
+        let objects = roles.watch;
+        let enqueue_apps = roles.watch;
+        tasks.spawn(async move {
+            live_watch::run(client, queue, writer, store, objects, enqueue_apps).await;
+        });
+    }
+    if roles.sweep {
+        let settings = SweepSettings {
+            interval: options.sweep_interval,
+            lease: Some(LeaseSettings {
+                namespace: options.lease_namespace.clone(),
+                name: "setpoint-sweeper".into(),
+                identity: format!("{}-{}", crate::worker::hostname(), std::process::id()),
+                duration: Duration::from_secs(15),
+            }),
+        };
+        tasks.spawn(sweep::run(
+            ctx.client.clone(),
+            store.clone(),
+            queue.clone(),
+            settings,
+        ));
+    }
+    let worker_task = roles.worker.then(|| {
+        let settings = WorkerSettings {
+            concurrency: options.concurrency,
+            record: options.record.clone(),
+            ..WorkerSettings::default()
+        };
+        let (ctx, queue, shutdown) = (ctx.clone(), queue.clone(), shutdown.clone());
+        tokio::spawn(async move {
+            if let Err(error) = worker::run(ctx, queue, settings, shutdown).await {
+                tracing::error!(%error, "worker stopped");
+            }
+        })
+    });
+    let server = if roles.webhook {
+        let settings = WebhookSettings {
+            github_secrets: secrets(&options.github_secret, &options.github_secret_file)?,
+            gitlab_tokens: secrets(&options.gitlab_token, &options.gitlab_token_file)?,
+            body_limit: options.body_limit,
+            ..WebhookSettings::default()
+        };
+        let state = webhook::WebhookState::new(
+            settings,
+            queue.clone(),
+            Arc::new(crate::ingest::StoreIndex(store.clone())),
+        );
+        let server = actix_web::HttpServer::new(move || {
+            let state = state.clone();
+            actix_web::App::new()
+                .configure(move |cfg| webhook::configure(cfg, state.clone()))
+                .route("/healthz", actix_web::web::get().to(|| async { "ok" }))
+        })
+        .workers(2)
+        .disable_signals()
+        .bind(options.listen)?
+        .run();
+        tracing::info!(listen = %options.listen, "webhook listening");
+        Some(server)
+    } else {
+        None
+    };
+    let handle = server.as_ref().map(|s| s.handle());
+    if let Some(server) = server {
+        tokio::spawn(server);
+    }
+
+    wait_for_signal().await;
+    tracing::info!("shutting down");
+    if let Some(handle) = handle {
+        handle.stop(true).await;
+    }
+    // No new events from the watch and the sweep; the worker finishes its
+    // in-flight reconciles within its grace period and gives back the rest.
+    tasks.abort_all();
+    let _ = shutdown_tx.send(true);
+    if let Some(worker) = worker_task {
+        let _ = worker.await;
+    }
+    Ok(())
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).expect("a SIGTERM handler");
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+}

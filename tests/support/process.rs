@@ -1,0 +1,197 @@
+//! Setpoint itself as a process (`setpoint run`, `worker`, `webhook`), the
+//! way an operator runs it, plus webhook deliveries signed as GitHub and
+//! GitLab sign them, posted over real HTTP.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
+
+use super::{kubeconfig_path, wait_for};
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A running `setpoint` process; killed when dropped. Its output goes to a
+/// log file that failing tests print.
+pub struct Setpoint {
+    pub child: Child,
+    pub log: PathBuf,
+    pub port: Option<u16>,
+}
+
+impl Setpoint {
+    /// `setpoint <args>` with the test cluster's kubeconfig and `cache` for Git.
+    pub fn spawn(args: &[&str], env: &[(&str, &str)], cache: &Path) -> Self {
+        let log = cache.join(format!("setpoint-{}.log", super::unique_name("p")));
+        let out = std::fs::File::create(&log).unwrap();
+        let port = args
+            .iter()
+            .position(|a| *a == "--listen")
+            .and_then(|i| args.get(i + 1))
+            .and_then(|l| l.rsplit(':').next())
+            .and_then(|p| p.parse().ok());
+        let child = Command::new(env!("CARGO_BIN_EXE_setpoint"))
+            .args(args)
+            .env("KUBECONFIG", kubeconfig_path())
+            .env("SETPOINT_CACHE_DIR", cache)
+            .env("SETPOINT_LOG", "info,setpoint=debug")
+            .envs(env.iter().copied())
+            .stdout(out.try_clone().unwrap())
+            .stderr(out)
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("start setpoint");
+        Self { child, log, port }
+    }
+
+    pub fn logs(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Waits until the webhook answers /healthz.
+    pub async fn wait_http(&mut self) {
+        let port = self.port.expect("a --listen port");
+        let log = self.log.clone();
+        let child = &mut self.child;
+        wait_for("the webhook to listen", Duration::from_secs(30), || {
+            let exited = child.try_wait().ok().flatten();
+            let log = log.clone();
+            async move {
+                if let Some(status) = exited {
+                    return Err(format!(
+                        "setpoint exited ({status}): {}",
+                        std::fs::read_to_string(&log).unwrap_or_default()
+                    ));
+                }
+                match post(port, "/healthz", &[], "", "GET") {
+                    (200, _) => Ok(()),
+                    (code, body) => Err(format!("{code} {body}")),
+                }
+            }
+        })
+        .await;
+    }
+
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Setpoint {
+    fn drop(&mut self) {
+        self.kill();
+        if std::thread::panicking() {
+            eprintln!("--- {} ---\n{}", self.log.display(), self.logs());
+        }
+    }
+}
+
+/// An HTTP request with curl; returns (status, body).
+pub fn post(
+    port: u16,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+    method: &str,
+) -> (u16, String) {
+    let mut command = Command::new("curl");
+    command
+        .args(["-s", "-o", "-", "-w", "\n%{http_code}", "-X", method])
+        .arg(format!("http://127.0.0.1:{port}{path}"));
+    for (name, value) in headers {
+        command.arg("-H").arg(format!("{name}: {value}"));
+    }
+    if method != "GET" {
+        command.arg("--data-binary").arg("@-");
+    }
+    let mut child = command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("curl is installed");
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(body.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
+    (code.trim().parse().unwrap_or(0), body.to_string())
+}
+
+/// `sha256=<hex>` of the body, as GitHub signs it.
+pub fn github_signature(secret: &str, body: &str) -> String {
+    let mut mac = Hmac::<Sha256>::new_from_slice(secret.as_bytes()).unwrap();
+    mac.update(body.as_bytes());
+    format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
+}
+
+/// A GitHub push event for `url`, branch `main`, the given commit and files.
+pub fn github_push(url: &str, commit: &str, changed: &[&str]) -> String {
+    serde_json::json!({
+        "ref": "refs/heads/main",
+        "before": "0000000000000000000000000000000000000001",
+        "after": commit,
+        "created": false,
+        "deleted": false,
+        "forced": false,
+        "repository": {
+            "full_name": "example/deploy",
+            "clone_url": url,
+            "default_branch": "main"
+        },
+        "commits": [{ "id": commit, "added": changed, "modified": [], "removed": [] }],
+        "head_commit": { "id": commit, "added": changed, "modified": [], "removed": [] }
+    })
+    .to_string()
+}
+
+/// Posts a signed GitHub push; returns (status, body).
+pub fn post_github(port: u16, secret: Option<&str>, delivery: &str, body: &str) -> (u16, String) {
+    let signature = secret.map(|s| github_signature(s, body));
+    let mut headers = vec![
+        ("Content-Type", "application/json"),
+        ("X-GitHub-Event", "push"),
+        ("X-GitHub-Delivery", delivery),
+    ];
+    if let Some(signature) = &signature {
+        headers.push(("X-Hub-Signature-256", signature));
+    }
+    post(port, "/api/webhooks/github", &headers, body, "POST")
+}
+
+/// A GitLab push hook for `url`, branch `main`.
+pub fn gitlab_push(url: &str, commit: &str, changed: &[&str]) -> String {
+    serde_json::json!({
+        "object_kind": "push",
+        "ref": "refs/heads/main",
+        "before": "0000000000000000000000000000000000000001",
+        "after": commit,
+        "checkout_sha": commit,
+        "project": { "git_http_url": url, "default_branch": "main", "path_with_namespace": "example/deploy" },
+        "commits": [{ "id": commit, "added": changed, "modified": [], "removed": [] }],
+        "total_commits_count": 1
+    })
+    .to_string()
+}
+
+pub fn post_gitlab(port: u16, token: &str, body: &str) -> (u16, String) {
+    let headers = [
+        ("Content-Type", "application/json"),
+        ("X-Gitlab-Event", "Push Hook"),
+        ("X-Gitlab-Token", token),
+    ];
+    post(port, "/api/webhooks/gitlab", &headers, body, "POST")
+}

@@ -11,7 +11,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Patch, PatchParams};
 use setpoint::api::{Application, Sync};
-use setpoint::queue::Queue;
+use setpoint::queue::{Queue, RetryPolicy};
 use setpoint::queue::amqp::{AmqpQueue, AmqpSettings};
 use support::app::{automated, create_app, install_crd};
 use support::process::{Setpoint, free_port, github_push, gitlab_push, post_github, post_gitlab};
@@ -46,9 +46,16 @@ async fn synced_at(ns: &TestNamespace, app: &str, commit: &str) -> Result<(), St
 }
 
 async fn amqp(prefix: &str) -> AmqpQueue {
+    amqp_with(prefix, RetryPolicy::default()).await
+}
+
+/// The queue as the processes under test declare it (the retry delays are
+/// part of the topology).
+async fn amqp_with(prefix: &str, retry: RetryPolicy) -> AmqpQueue {
     let queue = AmqpQueue::connect(AmqpSettings {
         url: amqp_url(),
         prefix: prefix.to_string(),
+        retry,
         ..AmqpSettings::default()
     })
     .await;
@@ -402,7 +409,8 @@ async fn an_event_that_always_fails_is_parked_while_others_flow() {
     )
     .await;
     let prefix = amqp_prefix("parking");
-    let queue = amqp(&prefix).await;
+    let retry = RetryPolicy { max_attempts: 3, initial: Duration::from_millis(100), ..Default::default() };
+    let queue = amqp_with(&prefix, retry).await;
     let cache = tempfile::tempdir().unwrap();
     let url = amqp_url();
     let args = [

@@ -464,3 +464,56 @@ impl TapMkdir for std::path::PathBuf {
         self
     }
 }
+
+#[tokio::test]
+async fn a_worker_killed_mid_reconcile_leaves_the_event_to_another() {
+    let ns = TestNamespace::new("sigkill").await;
+    install_crd(&ns.client).await;
+    let repo = GitRepo::new();
+    // Enough objects that the reconcile takes a while to apply.
+    for i in 0..300 {
+        repo.write(&format!("app/cm-{i:03}.yaml"), &configmap(&format!("cm-{i}"), "1"));
+    }
+    let commit = repo.commit("300 config maps");
+    create_app(&ns, "big", &repo.url(), "app", automated(true, true)).await;
+    let prefix = amqp_prefix("sigkill");
+    let queue = amqp(&prefix).await;
+    let cache = tempfile::tempdir().unwrap();
+    let record = cache.path().join("reconciles.log");
+    let (url, record_s) = (amqp_url(), record.to_str().unwrap().to_string());
+    let env = [("SETPOINT_AMQP_URL", url.as_str()), ("SETPOINT_RECONCILE_RECORD", record_s.as_str())];
+    let args = ["worker", "--amqp-prefix", &prefix];
+    let mut workers = vec![
+        Setpoint::spawn(&args, &env, &cache.path().join("w1").tap_mkdir()),
+        Setpoint::spawn(&args, &env, &cache.path().join("w2").tap_mkdir()),
+    ];
+    let app = setpoint::event::AppKey::new(&ns.name, "big");
+    queue.publish(&setpoint::event::Event::new(app, setpoint::event::Cause::Manual)).await.unwrap();
+
+    let started = wait_for("a reconcile to start", DEADLINE, || async {
+        let text = std::fs::read_to_string(&record).unwrap_or_default();
+        text.lines().find(|l| l.starts_with("start")).map(String::from).ok_or_else(|| "none yet".to_string())
+    })
+    .await;
+    let worker = started.rsplit('-').next().unwrap().parse::<u32>().unwrap();
+    let victim = workers.iter().position(|w| w.child.id() == worker).expect("a worker of ours");
+    let _ = std::process::Command::new("kill").args(["-KILL", &worker.to_string()]).status();
+    workers[victim].kill();
+
+    wait_for("the other worker to converge the app", DEADLINE, || synced_at(&ns, "big", &commit)).await;
+    let text = wait_for("the other worker's reconcile to end", DEADLINE, || async {
+        let text = std::fs::read_to_string(&record).unwrap_or_default();
+        if text.lines().any(|l| l.starts_with("end") && !l.ends_with(&format!("-{worker}"))) {
+            Ok(text)
+        } else {
+            Err(text)
+        }
+    })
+    .await;
+    let killed: Vec<&str> = text.lines().filter(|l| l.ends_with(&format!("-{worker}"))).collect();
+    assert!(
+        killed.iter().all(|l| l.starts_with("start")),
+        "the killed worker never finished: {killed:?}"
+    );
+    queue.delete_topology().await.unwrap();
+}

@@ -48,7 +48,8 @@ impl Context {
             client,
             requests,
             // Short in-process retries: the queue retries with backoff too.
-            git: GitSource::new(cache_dir).with_fetch_retry_budget(std::time::Duration::from_secs(2)),
+            git: GitSource::new(cache_dir)
+                .with_fetch_retry_budget(std::time::Duration::from_secs(2)),
             kinds: Kinds::default(),
             reporter,
         })))

@@ -11,8 +11,8 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Patch, PatchParams};
 use setpoint::api::{Application, Sync};
-use setpoint::queue::{Queue, RetryPolicy};
 use setpoint::queue::amqp::{AmqpQueue, AmqpSettings};
+use setpoint::queue::{Queue, RetryPolicy};
 use support::app::{automated, create_app, install_crd};
 use support::process::{Setpoint, free_port, github_push, gitlab_push, post_github, post_gitlab};
 use support::{GitRepo, TestNamespace, amqp_prefix, amqp_url, wait_for};
@@ -409,7 +409,11 @@ async fn an_event_that_always_fails_is_parked_while_others_flow() {
     )
     .await;
     let prefix = amqp_prefix("parking");
-    let retry = RetryPolicy { max_attempts: 3, initial: Duration::from_millis(100), ..Default::default() };
+    let retry = RetryPolicy {
+        max_attempts: 3,
+        initial: Duration::from_millis(100),
+        ..Default::default()
+    };
     let queue = amqp_with(&prefix, retry).await;
     let cache = tempfile::tempdir().unwrap();
     let url = amqp_url();
@@ -472,7 +476,10 @@ async fn a_worker_killed_mid_reconcile_leaves_the_event_to_another() {
     let repo = GitRepo::new();
     // Enough objects that the reconcile takes a while to apply.
     for i in 0..300 {
-        repo.write(&format!("app/cm-{i:03}.yaml"), &configmap(&format!("cm-{i}"), "1"));
+        repo.write(
+            &format!("app/cm-{i:03}.yaml"),
+            &configmap(&format!("cm-{i}"), "1"),
+        );
     }
     let commit = repo.commit("300 config maps");
     create_app(&ns, "big", &repo.url(), "app", automated(true, true)).await;
@@ -481,36 +488,62 @@ async fn a_worker_killed_mid_reconcile_leaves_the_event_to_another() {
     let cache = tempfile::tempdir().unwrap();
     let record = cache.path().join("reconciles.log");
     let (url, record_s) = (amqp_url(), record.to_str().unwrap().to_string());
-    let env = [("SETPOINT_AMQP_URL", url.as_str()), ("SETPOINT_RECONCILE_RECORD", record_s.as_str())];
+    let env = [
+        ("SETPOINT_AMQP_URL", url.as_str()),
+        ("SETPOINT_RECONCILE_RECORD", record_s.as_str()),
+    ];
     let args = ["worker", "--amqp-prefix", &prefix];
     let mut workers = vec![
         Setpoint::spawn(&args, &env, &cache.path().join("w1").tap_mkdir()),
         Setpoint::spawn(&args, &env, &cache.path().join("w2").tap_mkdir()),
     ];
     let app = setpoint::event::AppKey::new(&ns.name, "big");
-    queue.publish(&setpoint::event::Event::new(app, setpoint::event::Cause::Manual)).await.unwrap();
+    queue
+        .publish(&setpoint::event::Event::new(
+            app,
+            setpoint::event::Cause::Manual,
+        ))
+        .await
+        .unwrap();
 
     let started = wait_for("a reconcile to start", DEADLINE, || async {
         let text = std::fs::read_to_string(&record).unwrap_or_default();
-        text.lines().find(|l| l.starts_with("start")).map(String::from).ok_or_else(|| "none yet".to_string())
+        text.lines()
+            .find(|l| l.starts_with("start"))
+            .map(String::from)
+            .ok_or_else(|| "none yet".to_string())
     })
     .await;
     let worker = started.rsplit('-').next().unwrap().parse::<u32>().unwrap();
-    let victim = workers.iter().position(|w| w.child.id() == worker).expect("a worker of ours");
-    let _ = std::process::Command::new("kill").args(["-KILL", &worker.to_string()]).status();
+    let victim = workers
+        .iter()
+        .position(|w| w.child.id() == worker)
+        .expect("a worker of ours");
+    let _ = std::process::Command::new("kill")
+        .args(["-KILL", &worker.to_string()])
+        .status();
     workers[victim].kill();
 
-    wait_for("the other worker to converge the app", DEADLINE, || synced_at(&ns, "big", &commit)).await;
+    wait_for("the other worker to converge the app", DEADLINE, || {
+        synced_at(&ns, "big", &commit)
+    })
+    .await;
     let text = wait_for("the other worker's reconcile to end", DEADLINE, || async {
         let text = std::fs::read_to_string(&record).unwrap_or_default();
-        if text.lines().any(|l| l.starts_with("end") && !l.ends_with(&format!("-{worker}"))) {
+        if text
+            .lines()
+            .any(|l| l.starts_with("end") && !l.ends_with(&format!("-{worker}")))
+        {
             Ok(text)
         } else {
             Err(text)
         }
     })
     .await;
-    let killed: Vec<&str> = text.lines().filter(|l| l.ends_with(&format!("-{worker}"))).collect();
+    let killed: Vec<&str> = text
+        .lines()
+        .filter(|l| l.ends_with(&format!("-{worker}")))
+        .collect();
     assert!(
         killed.iter().all(|l| l.starts_with("start")),
         "the killed worker never finished: {killed:?}"

@@ -1799,48 +1799,182 @@ mod tests {
         let (_c3, ch3) = raw_channel().await;
         let mut sac = FieldTable::default();
         sac.insert("x-single-active-consumer".into(), AMQPValue::Boolean(true));
-        ch3.queue_declare(q.as_str().into(), QueueDeclareOptions::default(), sac).await.unwrap();
-        ch1.basic_qos(1, BasicQosOptions { global: true }).await.unwrap();
-        ch2.basic_qos(1, BasicQosOptions { global: true }).await.unwrap();
-        let mut k1 = ch1.basic_consume(q.as_str().into(), "".into(), BasicConsumeOptions::default(), FieldTable::default()).await.unwrap();
-        let mut k2 = ch2.basic_consume(q.as_str().into(), "".into(), BasicConsumeOptions::default(), FieldTable::default()).await.unwrap();
-        let passive = QueueDeclareOptions { passive: true, ..Default::default() };
-        let d = ch3.queue_declare(q.as_str().into(), passive, FieldTable::default()).await.unwrap();
-        eprintln!("consumer_count with 2 SAC consumers: {}", d.consumer_count());
+        ch3.queue_declare(q.as_str().into(), QueueDeclareOptions::default(), sac)
+            .await
+            .unwrap();
+        ch1.basic_qos(1, BasicQosOptions { global: true })
+            .await
+            .unwrap();
+        ch2.basic_qos(1, BasicQosOptions { global: true })
+            .await
+            .unwrap();
+        let mut k1 = ch1
+            .basic_consume(
+                q.as_str().into(),
+                "".into(),
+                BasicConsumeOptions::default(),
+                FieldTable::default(),
+            )
+            .await
+            .unwrap();
+        let mut k2 = ch2
+            .basic_consume(
+                q.as_str().into(),
+                "".into(),
+                BasicConsumeOptions::default(),
+                FieldTable::default(),
+            )
+            .await
+            .unwrap();
+        let passive = QueueDeclareOptions {
+            passive: true,
+            ..Default::default()
+        };
+        let d = ch3
+            .queue_declare(q.as_str().into(), passive, FieldTable::default())
+            .await
+            .unwrap();
+        eprintln!(
+            "consumer_count with 2 SAC consumers: {}",
+            d.consumer_count()
+        );
         let probe = BasicProperties::default().with_expiration("0".into());
-        ch3.basic_publish("".into(), q.as_str().into(), BasicPublishOptions::default(), b"p1", probe.clone()).await.unwrap();
+        ch3.basic_publish(
+            "".into(),
+            q.as_str().into(),
+            BasicPublishOptions::default(),
+            b"p1",
+            probe.clone(),
+        )
+        .await
+        .unwrap();
         let m = tokio::time::timeout(Duration::from_secs(2), k1.next()).await;
-        eprintln!("k1 got ttl0 probe: {:?}", m.as_ref().map(|m| m.as_ref().map(|m| String::from_utf8_lossy(&m.as_ref().unwrap().data).to_string())));
+        eprintln!(
+            "k1 got ttl0 probe: {:?}",
+            m.as_ref().map(|m| m
+                .as_ref()
+                .map(|m| String::from_utf8_lossy(&m.as_ref().unwrap().data).to_string()))
+        );
         // k1 prefetch full now (unacked). Publish another probe: should be dropped.
-        ch3.basic_publish("".into(), q.as_str().into(), BasicPublishOptions::default(), b"p2", probe.clone()).await.unwrap();
+        ch3.basic_publish(
+            "".into(),
+            q.as_str().into(),
+            BasicPublishOptions::default(),
+            b"p2",
+            probe.clone(),
+        )
+        .await
+        .unwrap();
         tokio::time::sleep(Duration::from_millis(200)).await;
-        let d = ch3.queue_declare(q.as_str().into(), passive, FieldTable::default()).await.unwrap();
-        eprintln!("ready after probe to a full consumer: {}", d.message_count());
+        let d = ch3
+            .queue_declare(q.as_str().into(), passive, FieldTable::default())
+            .await
+            .unwrap();
+        eprintln!(
+            "ready after probe to a full consumer: {}",
+            d.message_count()
+        );
         // backlog: publish a normal message then a probe
-        ch3.basic_publish("".into(), q.as_str().into(), BasicPublishOptions::default(), b"m1", BasicProperties::default()).await.unwrap();
-        ch3.basic_publish("".into(), q.as_str().into(), BasicPublishOptions::default(), b"p3", probe.clone()).await.unwrap();
+        ch3.basic_publish(
+            "".into(),
+            q.as_str().into(),
+            BasicPublishOptions::default(),
+            b"m1",
+            BasicProperties::default(),
+        )
+        .await
+        .unwrap();
+        ch3.basic_publish(
+            "".into(),
+            q.as_str().into(),
+            BasicPublishOptions::default(),
+            b"p3",
+            probe.clone(),
+        )
+        .await
+        .unwrap();
         tokio::time::sleep(Duration::from_millis(200)).await;
-        let d = ch3.queue_declare(q.as_str().into(), passive, FieldTable::default()).await.unwrap();
-        eprintln!("ready with m1+p3 behind full consumer: {}", d.message_count());
+        let d = ch3
+            .queue_declare(q.as_str().into(), passive, FieldTable::default())
+            .await
+            .unwrap();
+        eprintln!(
+            "ready with m1+p3 behind full consumer: {}",
+            d.message_count()
+        );
         // ack p1
-        m.unwrap().unwrap().unwrap().acker.ack(BasicAckOptions::default()).await.unwrap();
-        let m = tokio::time::timeout(Duration::from_secs(2), k1.next()).await.unwrap().unwrap().unwrap();
+        m.unwrap()
+            .unwrap()
+            .unwrap()
+            .acker
+            .ack(BasicAckOptions::default())
+            .await
+            .unwrap();
+        let m = tokio::time::timeout(Duration::from_secs(2), k1.next())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
         eprintln!("k1 next: {}", String::from_utf8_lossy(&m.data));
         m.acker.ack(BasicAckOptions::default()).await.unwrap();
         let m = tokio::time::timeout(Duration::from_millis(500), k1.next()).await;
         eprintln!("k1 next after: {}", m.is_ok());
         tokio::time::sleep(Duration::from_millis(200)).await;
-        let d = ch3.queue_declare(q.as_str().into(), passive, FieldTable::default()).await.unwrap();
+        let d = ch3
+            .queue_declare(q.as_str().into(), passive, FieldTable::default())
+            .await
+            .unwrap();
         eprintln!("ready at end: {}", d.message_count());
         // cancel k1 while it holds an unacked message: does k2 become active at once?
-        ch3.basic_publish("".into(), q.as_str().into(), BasicPublishOptions::default(), b"m2", BasicProperties::default()).await.unwrap();
-        let held = tokio::time::timeout(Duration::from_secs(2), k1.next()).await.unwrap().unwrap().unwrap();
-        ch1.basic_cancel(k1.tag(), Default::default()).await.unwrap();
-        ch3.basic_publish("".into(), q.as_str().into(), BasicPublishOptions::default(), b"m3", BasicProperties::default()).await.unwrap();
+        ch3.basic_publish(
+            "".into(),
+            q.as_str().into(),
+            BasicPublishOptions::default(),
+            b"m2",
+            BasicProperties::default(),
+        )
+        .await
+        .unwrap();
+        let held = tokio::time::timeout(Duration::from_secs(2), k1.next())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        ch1.basic_cancel(k1.tag(), Default::default())
+            .await
+            .unwrap();
+        ch3.basic_publish(
+            "".into(),
+            q.as_str().into(),
+            BasicPublishOptions::default(),
+            b"m3",
+            BasicProperties::default(),
+        )
+        .await
+        .unwrap();
         let m = tokio::time::timeout(Duration::from_secs(1), k2.next()).await;
-        eprintln!("k2 while k1 cancelled holding m2: {:?}", m.as_ref().map(|m| String::from_utf8_lossy(&m.as_ref().unwrap().as_ref().unwrap().data).to_string()));
-        eprintln!("k1 stream after cancel: {:?}", tokio::time::timeout(Duration::from_secs(1), k1.next()).await.map(|x| x.is_none()));
-        held.acker.nack(BasicNackOptions { requeue: true, ..Default::default() }).await.unwrap();
-        ch3.queue_delete(q.as_str().into(), QueueDeleteOptions::default()).await.unwrap();
+        eprintln!(
+            "k2 while k1 cancelled holding m2: {:?}",
+            m.as_ref().map(|m| String::from_utf8_lossy(
+                &m.as_ref().unwrap().as_ref().unwrap().data
+            )
+            .to_string())
+        );
+        eprintln!(
+            "k1 stream after cancel: {:?}",
+            tokio::time::timeout(Duration::from_secs(1), k1.next())
+                .await
+                .map(|x| x.is_none())
+        );
+        held.acker
+            .nack(BasicNackOptions {
+                requeue: true,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        ch3.queue_delete(q.as_str().into(), QueueDeleteOptions::default())
+            .await
+            .unwrap();
     }
 }

@@ -66,7 +66,9 @@ test: up lint
 
 ## Benchmarks against the real control plane and RabbitMQ (release build).
 bench: up
+	command -v wrk >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null
 	cargo bench --bench reconcile
+	cargo bench --bench pipeline
 
 demo: up
 	cargo build --bin setpoint

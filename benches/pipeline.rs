@@ -1,0 +1,229 @@
+//! `make bench`: the whole service (`setpoint run` on RabbitMQ, release
+//! build) against the real local control plane. Reports:
+//! - webhook requests per second with signature checking (wrk, if present);
+//! - webhook → Synced latency, and drift → corrected latency, p50/p99;
+//! - fleets of Applications in one repository synced after a single push:
+//!   time until all are Synced, and the peak memory of the process.
+//!
+//! `SETPOINT_BENCH_FLEETS` (default `100,1000`) picks the fleet sizes.
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Patch, PatchParams};
+use setpoint::api::{Application, Sync};
+use support::app::{automated, create_app, install_crd};
+use support::process::{Setpoint, free_port, github_push, github_signature, post_github};
+use support::{GitRepo, TestNamespace, amqp_prefix, amqp_url, wait_for};
+
+const SECRET: &str = "bench-secret";
+const LATENCY_RUNS: usize = 20;
+
+fn objects(app: usize, value: &str) -> Vec<(String, String)> {
+    let mut files = Vec::new();
+    for k in 0..3 {
+        files.push((
+            format!("apps/{app}/cm-{k}.yaml"),
+            format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: app-{app}-{k}\ndata:\n  v: \"{value}\"\n"),
+        ));
+    }
+    files.push((
+        format!("apps/{app}/sa.yaml"),
+        format!("apiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: app-{app}\n"),
+    ));
+    files
+}
+
+async fn all_synced(ns: &TestNamespace, commit: &str, count: usize) -> Result<(), String> {
+    let apps = ns.api::<Application>().list(&Default::default()).await.map_err(|e| e.to_string())?;
+    let synced = apps
+        .items
+        .iter()
+        .filter(|a| {
+            let s = a.status.clone().unwrap_or_default();
+            s.sync.status == Sync::Synced && s.sync.revision.as_deref() == Some(commit)
+        })
+        .count();
+    if synced == count { Ok(()) } else { Err(format!("{synced} of {count} synced")) }
+}
+
+fn peak_memory_mib(pid: u32) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let kib: f64 = status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0);
+    kib / 1024.0
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> f64 {
+    let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[index].as_secs_f64() * 1000.0
+}
+
+fn start(cache: &std::path::Path, prefix: &str) -> Setpoint {
+    let listen = format!("127.0.0.1:{}", free_port());
+    let url = amqp_url();
+    let args = ["run", "--listen", &listen, "--amqp-prefix", prefix, "--no-sweep", "--github-secret", SECRET];
+    Setpoint::spawn(&args, &[("SETPOINT_AMQP_URL", &url), ("SETPOINT_LOG", "warn")], cache)
+}
+
+async fn fleet(size: usize) {
+    let ns = TestNamespace::new("fleet").await;
+    let repo = GitRepo::new();
+    for app in 0..size {
+        for (path, text) in objects(app, "1") {
+            repo.write(&path, &text);
+        }
+    }
+    let first = repo.commit("fleet");
+    for app in 0..size {
+        create_app(&ns, &format!("app-{app}"), &repo.url(), &format!("apps/{app}"), automated(true, true)).await;
+    }
+    let cache = tempfile::tempdir().unwrap();
+    let prefix = amqp_prefix("fleet");
+    let started = Instant::now();
+    let mut setpoint = start(cache.path(), &prefix);
+    setpoint.wait_http().await;
+    let deadline = Duration::from_secs(600);
+    wait_for("the first sync of the fleet", deadline, || all_synced(&ns, &first, size)).await;
+    let initial = started.elapsed();
+
+    for app in 0..size {
+        for (path, text) in objects(app, "2") {
+            repo.write(&path, &text);
+        }
+    }
+    let second = repo.commit("fleet v2");
+    // One push; its file list is left out (as in a large push), so every app
+    // of the repository is enqueued.
+    let mut body: serde_json::Value = serde_json::from_str(&github_push(&repo.url(), &second, &[])).unwrap();
+    body["commits"] = serde_json::json!([]);
+    let body = body.to_string();
+    let port = setpoint.port.unwrap();
+    let pushed = Instant::now();
+    let (code, _) = post_github(port, Some(SECRET), "fleet-push", &body);
+    assert_eq!(code, 200);
+    wait_for("the fleet at the second commit", deadline, || all_synced(&ns, &second, size)).await;
+    let after_push = pushed.elapsed();
+    println!(
+        "  fleet of {size:>4} apps x 4 objects: first sync {:>6.1} s, after one push {:>6.1} s until all Synced; peak RSS of setpoint run {:.0} MiB",
+        initial.as_secs_f64(),
+        after_push.as_secs_f64(),
+        peak_memory_mib(setpoint.child.id())
+    );
+    drop(setpoint);
+    setpoint::queue::amqp::AmqpQueue::connect(setpoint::queue::amqp::AmqpSettings {
+        url: amqp_url(),
+        prefix,
+        ..Default::default()
+    })
+    .await
+    .delete_topology()
+    .await
+    .ok();
+}
+
+async fn latencies() {
+    let ns = TestNamespace::new("latency").await;
+    let repo = GitRepo::new();
+    for (path, text) in objects(0, "0") {
+        repo.write(&path, &text);
+    }
+    let mut commit = repo.commit("one app");
+    create_app(&ns, "app-0", &repo.url(), "apps/0", automated(true, true)).await;
+    let cache = tempfile::tempdir().unwrap();
+    let prefix = amqp_prefix("latency");
+    let mut setpoint = start(cache.path(), &prefix);
+    setpoint.wait_http().await;
+    let port = setpoint.port.unwrap();
+    wait_for("the first sync", Duration::from_secs(60), || all_synced(&ns, &commit, 1)).await;
+
+    // Webhook → Synced.
+    let mut webhook = Vec::new();
+    for run in 1..=LATENCY_RUNS {
+        for (path, text) in objects(0, &run.to_string()) {
+            repo.write(&path, &text);
+        }
+        commit = repo.commit(&format!("run {run}"));
+        let body = github_push(&repo.url(), &commit, &["apps/0/cm-0.yaml"]);
+        let start = Instant::now();
+        assert_eq!(post_github(port, Some(SECRET), &format!("lat-{run}"), &body).0, 200);
+        wait_for("synced", Duration::from_secs(30), || all_synced(&ns, &commit, 1)).await;
+        webhook.push(start.elapsed());
+    }
+
+    // Drift → corrected: someone edits a ConfigMap; the watch sees it.
+    let config_maps = ns.api::<ConfigMap>();
+    let edit = PatchParams { field_manager: Some("kubectl-edit".into()), ..Default::default() };
+    let mut drift = Vec::new();
+    for run in 0..LATENCY_RUNS {
+        let start = Instant::now();
+        let patch = Patch::Merge(serde_json::json!({"data": {"v": format!("by-hand-{run}")}}));
+        config_maps.patch("app-0-0", &edit, &patch).await.unwrap();
+        loop {
+            let live = config_maps.get("app-0-0").await.unwrap();
+            if live.data.unwrap_or_default().get("v").map(String::as_str) == Some(&LATENCY_RUNS.to_string()) {
+                break;
+            }
+            assert!(start.elapsed() < Duration::from_secs(30), "drift not corrected");
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        drift.push(start.elapsed());
+    }
+    webhook.sort();
+    drift.sort();
+    println!(
+        "  webhook -> Synced:     p50 {:>6.1} ms  p99 {:>6.1} ms  ({LATENCY_RUNS} pushes)",
+        percentile(&webhook, 0.5),
+        percentile(&webhook, 0.99)
+    );
+    println!(
+        "  drift -> corrected:    p50 {:>6.1} ms  p99 {:>6.1} ms  ({LATENCY_RUNS} edits)",
+        percentile(&drift, 0.5),
+        percentile(&drift, 0.99)
+    );
+
+    // Webhook throughput: signed pings (signature check, parse, answer).
+    if std::process::Command::new("wrk").arg("--version").output().is_ok() {
+        let body = r#"{"zen":"Keep it logically awesome.","hook_id":1}"#;
+        let dir = tempfile::tempdir().unwrap();
+        let script = dir.path().join("ping.lua");
+        std::fs::write(
+            &script,
+            format!(
+                "wrk.method = \"POST\"\nwrk.body = '{body}'\nwrk.headers[\"Content-Type\"] = \"application/json\"\nwrk.headers[\"X-GitHub-Event\"] = \"ping\"\nwrk.headers[\"X-Hub-Signature-256\"] = \"{}\"\n",
+                github_signature(SECRET, body)
+            ),
+        )
+        .unwrap();
+        let out = std::process::Command::new("wrk")
+            .args(["-t2", "-c32", "-d5s", "-s", script.to_str().unwrap()])
+            .arg(format!("http://127.0.0.1:{port}/api/webhooks/github"))
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        let rps = text.lines().find(|l| l.starts_with("Requests/sec")).unwrap_or("Requests/sec: ?");
+        let non2xx = text.lines().find(|l| l.contains("Non-2xx")).unwrap_or("all 2xx");
+        println!("  webhook, signed pings: {} ({}; wrk -t2 -c32 -d5s)", rps.trim(), non2xx.trim());
+    }
+    println!("  peak RSS of setpoint run (latency runs): {:.0} MiB", peak_memory_mib(setpoint.child.id()));
+    drop(setpoint);
+}
+
+#[tokio::main]
+async fn main() {
+    let ns = TestNamespace::new("bench-crd").await;
+    install_crd(&ns.client).await;
+    println!("pipeline benchmark (setpoint run on RabbitMQ, local control plane, 2 cores)");
+    latencies().await;
+    let fleets = std::env::var("SETPOINT_BENCH_FLEETS").unwrap_or_else(|_| "100,1000".into());
+    for size in fleets.split(',').filter_map(|s| s.trim().parse().ok()) {
+        fleet(size).await;
+    }
+}

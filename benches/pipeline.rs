@@ -38,7 +38,11 @@ fn objects(app: usize, value: &str) -> Vec<(String, String)> {
 }
 
 async fn all_synced(ns: &TestNamespace, commit: &str, count: usize) -> Result<(), String> {
-    let apps = ns.api::<Application>().list(&Default::default()).await.map_err(|e| e.to_string())?;
+    let apps = ns
+        .api::<Application>()
+        .list(&Default::default())
+        .await
+        .map_err(|e| e.to_string())?;
     let synced = apps
         .items
         .iter()
@@ -47,7 +51,11 @@ async fn all_synced(ns: &TestNamespace, commit: &str, count: usize) -> Result<()
             s.sync.status == Sync::Synced && s.sync.revision.as_deref() == Some(commit)
         })
         .count();
-    if synced == count { Ok(()) } else { Err(format!("{synced} of {count} synced")) }
+    if synced == count {
+        Ok(())
+    } else {
+        Err(format!("{synced} of {count} synced"))
+    }
 }
 
 fn peak_memory_mib(pid: u32) -> f64 {
@@ -69,8 +77,21 @@ fn percentile(sorted: &[Duration], p: f64) -> f64 {
 fn start(cache: &std::path::Path, prefix: &str) -> Setpoint {
     let listen = format!("127.0.0.1:{}", free_port());
     let url = amqp_url();
-    let args = ["run", "--listen", &listen, "--amqp-prefix", prefix, "--no-sweep", "--github-secret", SECRET];
-    Setpoint::spawn(&args, &[("SETPOINT_AMQP_URL", &url), ("SETPOINT_LOG", "warn")], cache)
+    let args = [
+        "run",
+        "--listen",
+        &listen,
+        "--amqp-prefix",
+        prefix,
+        "--no-sweep",
+        "--github-secret",
+        SECRET,
+    ];
+    Setpoint::spawn(
+        &args,
+        &[("SETPOINT_AMQP_URL", &url), ("SETPOINT_LOG", "warn")],
+        cache,
+    )
 }
 
 async fn fleet(size: usize) {
@@ -83,7 +104,14 @@ async fn fleet(size: usize) {
     }
     let first = repo.commit("fleet");
     for app in 0..size {
-        create_app(&ns, &format!("app-{app}"), &repo.url(), &format!("apps/{app}"), automated(true, true)).await;
+        create_app(
+            &ns,
+            &format!("app-{app}"),
+            &repo.url(),
+            &format!("apps/{app}"),
+            automated(true, true),
+        )
+        .await;
     }
     let cache = tempfile::tempdir().unwrap();
     let prefix = amqp_prefix("fleet");
@@ -91,7 +119,10 @@ async fn fleet(size: usize) {
     let mut setpoint = start(cache.path(), &prefix);
     setpoint.wait_http().await;
     let deadline = Duration::from_secs(600);
-    wait_for("the first sync of the fleet", deadline, || all_synced(&ns, &first, size)).await;
+    wait_for("the first sync of the fleet", deadline, || {
+        all_synced(&ns, &first, size)
+    })
+    .await;
     let initial = started.elapsed();
 
     for app in 0..size {
@@ -102,14 +133,18 @@ async fn fleet(size: usize) {
     let second = repo.commit("fleet v2");
     // One push; its file list is left out (as in a large push), so every app
     // of the repository is enqueued.
-    let mut body: serde_json::Value = serde_json::from_str(&github_push(&repo.url(), &second, &[])).unwrap();
+    let mut body: serde_json::Value =
+        serde_json::from_str(&github_push(&repo.url(), &second, &[])).unwrap();
     body["commits"] = serde_json::json!([]);
     let body = body.to_string();
     let port = setpoint.port.unwrap();
     let pushed = Instant::now();
     let (code, _) = post_github(port, Some(SECRET), "fleet-push", &body);
     assert_eq!(code, 200);
-    wait_for("the fleet at the second commit", deadline, || all_synced(&ns, &second, size)).await;
+    wait_for("the fleet at the second commit", deadline, || {
+        all_synced(&ns, &second, size)
+    })
+    .await;
     let after_push = pushed.elapsed();
     println!(
         "  fleet of {size:>4} apps x 4 objects: first sync {:>6.1} s, after one push {:>6.1} s until all Synced; peak RSS of setpoint run {:.0} MiB",
@@ -142,7 +177,10 @@ async fn latencies() {
     let mut setpoint = start(cache.path(), &prefix);
     setpoint.wait_http().await;
     let port = setpoint.port.unwrap();
-    wait_for("the first sync", Duration::from_secs(60), || all_synced(&ns, &commit, 1)).await;
+    wait_for("the first sync", Duration::from_secs(60), || {
+        all_synced(&ns, &commit, 1)
+    })
+    .await;
 
     // Webhook → Synced.
     let mut webhook = Vec::new();
@@ -153,14 +191,23 @@ async fn latencies() {
         commit = repo.commit(&format!("run {run}"));
         let body = github_push(&repo.url(), &commit, &["apps/0/cm-0.yaml"]);
         let start = Instant::now();
-        assert_eq!(post_github(port, Some(SECRET), &format!("lat-{run}"), &body).0, 200);
-        wait_for("synced", Duration::from_secs(30), || all_synced(&ns, &commit, 1)).await;
+        assert_eq!(
+            post_github(port, Some(SECRET), &format!("lat-{run}"), &body).0,
+            200
+        );
+        wait_for("synced", Duration::from_secs(30), || {
+            all_synced(&ns, &commit, 1)
+        })
+        .await;
         webhook.push(start.elapsed());
     }
 
     // Drift → corrected: someone edits a ConfigMap; the watch sees it.
     let config_maps = ns.api::<ConfigMap>();
-    let edit = PatchParams { field_manager: Some("kubectl-edit".into()), ..Default::default() };
+    let edit = PatchParams {
+        field_manager: Some("kubectl-edit".into()),
+        ..Default::default()
+    };
     let mut drift = Vec::new();
     for run in 0..LATENCY_RUNS {
         let start = Instant::now();
@@ -168,10 +215,15 @@ async fn latencies() {
         config_maps.patch("app-0-0", &edit, &patch).await.unwrap();
         loop {
             let live = config_maps.get("app-0-0").await.unwrap();
-            if live.data.unwrap_or_default().get("v").map(String::as_str) == Some(&LATENCY_RUNS.to_string()) {
+            if live.data.unwrap_or_default().get("v").map(String::as_str)
+                == Some(&LATENCY_RUNS.to_string())
+            {
                 break;
             }
-            assert!(start.elapsed() < Duration::from_secs(30), "drift not corrected");
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "drift not corrected"
+            );
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
         drift.push(start.elapsed());
@@ -190,7 +242,11 @@ async fn latencies() {
     );
 
     // Webhook throughput: signed pings (signature check, parse, answer).
-    if std::process::Command::new("wrk").arg("--version").output().is_ok() {
+    if std::process::Command::new("wrk")
+        .arg("--version")
+        .output()
+        .is_ok()
+    {
         let body = r#"{"zen":"Keep it logically awesome.","hook_id":1}"#;
         let dir = tempfile::tempdir().unwrap();
         let script = dir.path().join("ping.lua");
@@ -208,11 +264,24 @@ async fn latencies() {
             .output()
             .unwrap();
         let text = String::from_utf8_lossy(&out.stdout);
-        let rps = text.lines().find(|l| l.starts_with("Requests/sec")).unwrap_or("Requests/sec: ?");
-        let non2xx = text.lines().find(|l| l.contains("Non-2xx")).unwrap_or("all 2xx");
-        println!("  webhook, signed pings: {} ({}; wrk -t2 -c32 -d5s)", rps.trim(), non2xx.trim());
+        let rps = text
+            .lines()
+            .find(|l| l.starts_with("Requests/sec"))
+            .unwrap_or("Requests/sec: ?");
+        let non2xx = text
+            .lines()
+            .find(|l| l.contains("Non-2xx"))
+            .unwrap_or("all 2xx");
+        println!(
+            "  webhook, signed pings: {} ({}; wrk -t2 -c32 -d5s)",
+            rps.trim(),
+            non2xx.trim()
+        );
     }
-    println!("  peak RSS of setpoint run (latency runs): {:.0} MiB", peak_memory_mib(setpoint.child.id()));
+    println!(
+        "  peak RSS of setpoint run (latency runs): {:.0} MiB",
+        peak_memory_mib(setpoint.child.id())
+    );
     drop(setpoint);
 }
 

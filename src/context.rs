@@ -13,7 +13,7 @@ use kube::{Client, Config};
 use tower::util::MapRequestLayer;
 
 use crate::reconcile::kinds::Kinds;
-use crate::source::git::GitSource;
+use crate::source::git::{Credentials, GitSource};
 
 #[derive(Clone)]
 pub struct Context(Arc<Inner>);
@@ -24,6 +24,10 @@ pub struct Inner {
     pub git: GitSource,
     pub kinds: Kinds,
     pub reporter: Reporter,
+    /// Git credentials for http(s) repositories whose Application names no
+    /// Secret: `SETPOINT_GIT_USERNAME` and `SETPOINT_GIT_PASSWORD` (or
+    /// `SETPOINT_GIT_PASSWORD_FILE`).
+    pub git_credentials: Option<Credentials>,
 }
 
 impl std::ops::Deref for Context {
@@ -52,8 +56,20 @@ impl Context {
                 .with_fetch_retry_budget(std::time::Duration::from_secs(2)),
             kinds: Kinds::default(),
             reporter,
+            git_credentials: credentials_from_env(),
         })))
     }
+}
+
+fn credentials_from_env() -> Option<Credentials> {
+    let password = std::env::var("SETPOINT_GIT_PASSWORD").ok().or_else(|| {
+        let file = std::env::var_os("SETPOINT_GIT_PASSWORD_FILE")?;
+        std::fs::read_to_string(file)
+            .ok()
+            .map(|p| p.trim().to_string())
+    })?;
+    let username = std::env::var("SETPOINT_GIT_USERNAME").unwrap_or_else(|_| "git".into());
+    Some(Credentials { username, password })
 }
 
 /// Builds a client whose every request is counted by `requests`.

@@ -500,7 +500,7 @@ async fn credentials(
     app: &Application,
 ) -> Result<Option<Credentials>, ReconcileError> {
     let Some(name) = app.spec.source.credentials_secret.as_deref() else {
-        return Ok(None);
+        return Ok(ctx.git_credentials.clone());
     };
     let namespace = app
         .metadata

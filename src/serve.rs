@@ -40,6 +40,9 @@ pub struct ServeOptions {
     /// Shard queues (fixed for a deployment: every process must agree).
     #[arg(long, env = "SETPOINT_AMQP_SHARDS", default_value_t = 16)]
     pub shards: u16,
+    /// How often workers probe which shards they own and rebalance them.
+    #[arg(long, env = "SETPOINT_BALANCE_INTERVAL", default_value = "5s", value_parser = parse_duration)]
+    pub balance_interval: Duration,
     /// Where the webhook listens.
     #[arg(long, env = "SETPOINT_LISTEN", default_value = "0.0.0.0:8080")]
     pub listen: SocketAddr,
@@ -145,6 +148,7 @@ pub async fn serve(options: ServeOptions, roles: Roles, cache_dir: PathBuf) -> a
                 prefix: options.amqp_prefix.clone(),
                 shards: options.shards,
                 retry,
+                balance_interval: options.balance_interval,
                 ..AmqpSettings::default()
             })
             .await;

@@ -327,7 +327,15 @@ async fn two_workers_fifty_apps_five_hundred_events_never_overlap() {
         ("SETPOINT_AMQP_URL", url.as_str()),
         ("SETPOINT_RECONCILE_RECORD", record_s.as_str()),
     ];
-    let args = ["worker", "--amqp-prefix", &prefix, "--concurrency", "4"];
+    let args = [
+        "worker",
+        "--amqp-prefix",
+        &prefix,
+        "--concurrency",
+        "4",
+        "--balance-interval",
+        "300ms",
+    ];
     let _w1 = Setpoint::spawn(&args, &env, &cache.path().join("w1").tap_mkdir());
     let _w2 = Setpoint::spawn(&args, &env, &cache.path().join("w2").tap_mkdir());
 

@@ -22,32 +22,62 @@
 //! shard; that is why they are published through a fanout exchange with the
 //! Application's key and not through the default exchange, whose routing key
 //! would be the delay queue's name.
+//!
+//! A single active consumer is whoever subscribed first, so the first
+//! process up would be active on every shard and the others mere standbys.
+//! Each consumer therefore balances (`balance_interval`): it probes every
+//! shard with an empty message to the queue itself (header
+//! `x-setpoint-probe`, expiring unless a consumer takes it at once); the
+//! active consumer gets and acks it, so each consumer learns which shards
+//! are its own. A passive declare tells how many consumers there are. One
+//! holding more than `ceil(shards / consumers)` hands one shard a round to
+//! the next consumer in line: once none of that shard's deliveries is with
+//! its worker (new ones are held back meanwhile), it cancels its consumer
+//! there, gives back what it held and subscribes again, last in line. The
+//! broker activates the next consumer only after that, so an Application is
+//! still reconciled by one process at a time.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use backoff::ExponentialBackoff;
 use backoff::backoff::Backoff;
-use futures::StreamExt;
+use futures::future::{BoxFuture, FutureExt};
+use futures::stream::{BoxStream, StreamExt};
 use lapin::message::Delivery as AmqpDelivery;
 use lapin::options::{
-    BasicAckOptions, BasicConsumeOptions, BasicGetOptions, BasicNackOptions, BasicPublishOptions,
-    BasicQosOptions, ConfirmSelectOptions, ExchangeDeclareOptions, ExchangeDeleteOptions,
-    QueueBindOptions, QueueDeclareOptions, QueueDeleteOptions,
+    BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicGetOptions, BasicNackOptions,
+    BasicPublishOptions, BasicQosOptions, ConfirmSelectOptions, ExchangeDeclareOptions,
+    ExchangeDeleteOptions, QueueBindOptions, QueueDeclareOptions, QueueDeleteOptions,
 };
 use lapin::types::{AMQPValue, FieldTable, ShortString};
 use lapin::{
     BasicProperties, Channel, Confirmation, Connection, ConnectionProperties, ExchangeKind,
 };
-use tokio::sync::{Mutex, mpsc, watch};
+use tokio::sync::{Mutex, Notify, mpsc, watch};
 
 use super::{Acker, Delivery, Queue, QueueError, RetryPolicy};
 use crate::event::Event;
 
 /// The header of a parked message that holds its last error.
 pub const ERROR_HEADER: &str = "x-setpoint-error";
+
+/// The header of a probe (see `Balance`): the consumer that sent it.
+pub const PROBE_HEADER: &str = "x-setpoint-probe";
+
+/// A shard counts as ours while a probe or an event came from it within
+/// this many balance intervals (or while the worker holds one of its
+/// deliveries).
+const ACTIVE_INTERVALS: u32 = 3;
+
+/// A handoff waiting for its shard's deliveries to be settled gives up
+/// after this many balance intervals.
+const HANDOFF_INTERVALS: u32 = 3;
+
+/// A zero interval would make the balancing loop spin.
+const MIN_BALANCE_INTERVAL: Duration = Duration::from_millis(10);
 
 /// Parked errors are for a person reading them; the whole chain of a failed
 /// apply can be long, and headers travel with every copy of the message.
@@ -94,6 +124,10 @@ pub struct AmqpSettings {
     /// How long `publish` waits for the broker's confirm; also bounds the
     /// other calls to the broker (`depth`, `parked`, `delete_topology`).
     pub confirm_timeout: Duration,
+    /// How often a consumer probes the shards to learn which ones it is
+    /// the active consumer of, counts the consumers, and hands one shard to
+    /// the next consumer when it holds more than its share.
+    pub balance_interval: Duration,
 }
 
 impl Default for AmqpSettings {
@@ -104,6 +138,7 @@ impl Default for AmqpSettings {
             shards: 16,
             retry: RetryPolicy::default(),
             confirm_timeout: Duration::from_secs(10),
+            balance_interval: Duration::from_secs(5),
         }
     }
 }
@@ -117,6 +152,7 @@ impl std::fmt::Debug for AmqpSettings {
             .field("shards", &self.shards)
             .field("retry", &self.retry)
             .field("confirm_timeout", &self.confirm_timeout)
+            .field("balance_interval", &self.balance_interval)
             .finish()
     }
 }
@@ -166,6 +202,8 @@ struct Shared {
     /// `Some` while connected with the topology declared.
     link: watch::Sender<Option<Link>>,
     connection_attempts: AtomicU64,
+    /// Shards the consumer knows it is active on, as of its last count.
+    active_shards: AtomicUsize,
 }
 
 /// One live connection.
@@ -228,6 +266,7 @@ impl AmqpQueue {
             connection_name,
             link: watch::Sender::new(None),
             connection_attempts: AtomicU64::new(0),
+            active_shards: AtomicUsize::new(0),
         });
         let (stop, stopped) = watch::channel(());
         tokio::spawn(supervise(shared.clone(), stopped));
@@ -256,7 +295,15 @@ impl AmqpQueue {
         self.0.shared.connection_attempts.load(Ordering::Relaxed)
     }
 
-    /// Counts for tests and metrics.
+    /// How many shards this process's consumer is the active consumer of,
+    /// as far as its probes tell (updated every balance interval; 0 when
+    /// not consuming). For tests and metrics.
+    pub fn active_shards(&self) -> usize {
+        self.0.shared.active_shards.load(Ordering::Relaxed)
+    }
+
+    /// Counts for tests and metrics. A probe is counted only for the
+    /// moment it takes to reach its consumer.
     pub async fn depth(&self) -> Result<QueueDepth, QueueError> {
         let shared = &self.0.shared;
         shared
@@ -290,6 +337,9 @@ impl AmqpQueue {
                     let Some(message) = got else { break };
                     let delivery = message.delivery;
                     last_tag = Some(delivery.delivery_tag);
+                    if is_probe(&delivery.properties) {
+                        continue;
+                    }
                     match Event::from_bytes(&delivery.data) {
                         Ok(event) => parked.push((event, error_header(&delivery.properties))),
                         Err(error) => {
@@ -363,10 +413,12 @@ impl Queue for AmqpQueue {
     }
 
     /// Call it once per process: each call subscribes to every shard on a
-    /// channel of its own, and a second subscription only waits behind the
-    /// first (single active consumer). Dropping the receiver stops new
-    /// deliveries; those already handed out can still be settled. The
-    /// receiver ends when this `AmqpQueue` (all its clones) is dropped.
+    /// channel of its own; per shard one subscription is active at a time
+    /// (single active consumer), and the calls of several processes share
+    /// the shards out between them (see the module's doc). Dropping the
+    /// receiver stops new deliveries; those already handed out can still be
+    /// settled. The receiver ends when this `AmqpQueue` (all its clones) is
+    /// dropped.
     async fn consume(&self, prefetch: u16) -> Result<mpsc::Receiver<Delivery>, QueueError> {
         let prefetch = prefetch.max(1);
         let (deliveries, receiver) = mpsc::channel(usize::from(prefetch));
@@ -718,6 +770,12 @@ async fn declare_queue(
 }
 
 async fn message_count(channel: &Channel, queue: &str) -> Result<u32, QueueError> {
+    declared_counts(channel, queue)
+        .await
+        .map(|counts| counts.messages)
+}
+
+async fn declared_counts(channel: &Channel, queue: &str) -> Result<ShardCounts, QueueError> {
     let passive = QueueDeclareOptions {
         passive: true,
         ..Default::default()
@@ -725,7 +783,10 @@ async fn message_count(channel: &Channel, queue: &str) -> Result<u32, QueueError
     channel
         .queue_declare(short(queue)?, passive, FieldTable::default())
         .await
-        .map(|declared| declared.message_count())
+        .map(|declared| ShardCounts {
+            messages: declared.message_count(),
+            consumers: declared.consumer_count(),
+        })
         .map_err(|e| topology(format!("failed to count the messages of {queue}"), e))
 }
 
@@ -784,11 +845,89 @@ fn reconnect_backoff() -> ExponentialBackoff {
 }
 
 /// Why a subscription ended.
+#[derive(Clone, Copy, Debug)]
 enum Ended {
     /// The channel or the connection is gone: subscribe again.
     Lost,
     /// The receiver was dropped or the queue stopped.
     Stopped,
+}
+
+/// What one `consume` call knows across its subscriptions (a reconnect
+/// makes a new one).
+struct Balance {
+    /// Sent in the probe header; tells the consumers apart in a capture.
+    id: String,
+    interval: Duration,
+    /// Per shard: deliveries handed to the worker and not settled yet. Kept
+    /// across reconnects, so a shard whose old deliveries are still being
+    /// reconciled is not handed off by the new subscription either.
+    unsettled: Vec<Arc<Unsettled>>,
+    /// Woken when a shard's last unsettled delivery is settled.
+    idle: Arc<Notify>,
+    /// Where the subscriptions start: processes started together then
+    /// come first on different shards, hence share them from the start.
+    offset: usize,
+}
+
+impl Balance {
+    fn new(shared: &Shared) -> Self {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let shards = shared.names.shards.len();
+        let idle = Arc::new(Notify::new());
+        let random = {
+            use std::hash::{BuildHasher, Hasher};
+            std::collections::hash_map::RandomState::new()
+                .build_hasher()
+                .finish()
+        };
+        Self {
+            id: format!(
+                "{} consumer {}",
+                shared.connection_name,
+                NEXT.fetch_add(1, Ordering::Relaxed)
+            ),
+            interval: shared.settings.balance_interval.max(MIN_BALANCE_INTERVAL),
+            unsettled: (0..shards)
+                .map(|_| {
+                    Arc::new(Unsettled {
+                        count: AtomicUsize::new(0),
+                        idle: idle.clone(),
+                    })
+                })
+                .collect(),
+            idle,
+            offset: usize::try_from(random % shards.max(1) as u64).unwrap_or(0),
+        }
+    }
+}
+
+/// Counts the deliveries of one shard that the worker holds.
+struct Unsettled {
+    count: AtomicUsize,
+    idle: Arc<Notify>,
+}
+
+impl Unsettled {
+    fn hold(self: &Arc<Self>) -> Settling {
+        self.count.fetch_add(1, Ordering::SeqCst);
+        Settling(self.clone())
+    }
+
+    fn idle(&self) -> bool {
+        self.count.load(Ordering::SeqCst) == 0
+    }
+}
+
+/// Held by a delivery until it is settled (acked, requeued, given back).
+struct Settling(Arc<Unsettled>);
+
+impl Drop for Settling {
+    fn drop(&mut self) {
+        if self.0.count.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.0.idle.notify_one();
+        }
+    }
 }
 
 /// Feeds `deliveries` from every shard, subscribing again on each new
@@ -799,6 +938,7 @@ async fn consume(
     deliveries: mpsc::Sender<Delivery>,
     mut stop: watch::Receiver<()>,
 ) {
+    let balance = Balance::new(&shared);
     let mut links = shared.link.subscribe();
     let mut backoff = reconnect_backoff();
     loop {
@@ -813,16 +953,31 @@ async fn consume(
             }
         };
         let Some(link) = link else { continue };
-        match subscribe(&shared, &link, prefetch).await {
-            Ok((channel, stream)) => {
-                tracing::info!(shards = shared.names.shards.len(), prefetch, "consuming");
+        match subscribe(&shared, &link, prefetch, &balance).await {
+            Ok(subscription) => {
+                tracing::info!(
+                    shards = shared.names.shards.len(),
+                    prefetch,
+                    consumer = %balance.id,
+                    "consuming"
+                );
                 let since = tokio::time::Instant::now();
-                let ended = forward(&shared, &channel, stream, &deliveries, &mut stop).await;
+                let mut feeder = Feeder {
+                    shared: &shared,
+                    link: &link,
+                    balance: &balance,
+                    subscription,
+                    deliveries: &deliveries,
+                    pending: None,
+                    consumers: 0,
+                };
+                let ended = forward(&mut feeder, &mut stop).await;
+                shared.active_shards.store(0, Ordering::Relaxed);
                 if since.elapsed() >= STABLE {
                     backoff.reset();
                 }
                 if let Ended::Stopped = ended {
-                    // The consumers were cancelled with the stream: no new
+                    // The consumers are cancelled with the stream: no new
                     // deliveries. The channel stays open while a delivery
                     // still holds it, so a reconcile that is finishing can
                     // still ack; it closes (giving back the rest) after.
@@ -841,16 +996,89 @@ async fn consume(
     }
 }
 
-type Deliveries = futures::stream::SelectAll<lapin::Consumer>;
+/// What the consumers of one channel yield, tagged with where it came from.
+struct Incoming {
+    shard: usize,
+    generation: u64,
+    /// `None`: that consumer's stream is over (we or the broker cancelled
+    /// it).
+    delivery: Option<Result<AmqpDelivery, lapin::Error>>,
+}
 
-/// Opens a channel with the prefetch and one consumer per shard. The limit
-/// is per channel (`global`), so it bounds the deliveries outstanding over
-/// all shards together, as the `Queue` contract says.
+type Deliveries = futures::stream::SelectAll<BoxStream<'static, Incoming>>;
+
+/// One shard's consumer on the consuming channel, and what we saw of it.
+struct ShardSlot {
+    queue: ShortString,
+    /// The live consumer's tag; `None` once cancelled by the broker.
+    tag: Option<ShortString>,
+    /// Tells this consumer's deliveries from those a cancelled one of the
+    /// same shard still had buffered.
+    generation: u64,
+    /// When a probe or an event last came on the live consumer: proof that
+    /// we are the shard's active consumer.
+    seen: Option<Instant>,
+    /// Deliveries lately (halved every interval), to pick the shard whose
+    /// handoff disturbs least.
+    recent: u32,
+}
+
+/// A consuming channel with one consumer per shard. The prefetch is per
+/// channel (`global`), so it bounds the deliveries outstanding over all
+/// shards together, as the `Queue` contract says, resubscribed ones
+/// included.
+struct Subscription {
+    channel: Channel,
+    stream: Deliveries,
+    shards: Vec<ShardSlot>,
+    next_generation: u64,
+}
+
+impl Subscription {
+    async fn consume_shard(&mut self, shard: usize) -> Result<(), QueueError> {
+        let slot = &mut self.shards[shard];
+        let consumer = self
+            .channel
+            .basic_consume(
+                slot.queue.clone(),
+                "".into(),
+                BasicConsumeOptions::default(),
+                FieldTable::default(),
+            )
+            .await
+            .map_err(|e| unavailable(format!("failed to consume {}", slot.queue), e))?;
+        self.next_generation += 1;
+        let generation = self.next_generation;
+        slot.tag = Some(consumer.tag());
+        slot.generation = generation;
+        slot.seen = None;
+        slot.recent = 0;
+        let tagged = consumer
+            .map(Some)
+            .chain(futures::stream::once(async { None }))
+            .map(move |delivery| Incoming {
+                shard,
+                generation,
+                delivery,
+            });
+        self.stream.push(tagged.boxed());
+        Ok(())
+    }
+
+    fn current(&self, shard: usize, generation: u64) -> bool {
+        let slot = &self.shards[shard];
+        slot.tag.is_some() && slot.generation == generation
+    }
+}
+
+/// Opens a channel with the prefetch and one consumer per shard, starting
+/// at the balance's offset.
 async fn subscribe(
     shared: &Shared,
     link: &Link,
     prefetch: u16,
-) -> Result<(Channel, Deliveries), QueueError> {
+    balance: &Balance,
+) -> Result<Subscription, QueueError> {
     let channel = link
         .connection
         .create_channel()
@@ -860,55 +1088,416 @@ async fn subscribe(
         .basic_qos(prefetch, BasicQosOptions { global: true })
         .await
         .map_err(|e| unavailable("failed to set the prefetch", e))?;
-    let mut consumers = Vec::with_capacity(shared.names.shards.len());
-    for shard in &shared.names.shards {
-        let consumer = channel
-            .basic_consume(
-                short(shard)?,
-                "".into(),
-                BasicConsumeOptions::default(),
-                FieldTable::default(),
-            )
-            .await
-            .map_err(|e| unavailable(format!("failed to consume {shard}"), e))?;
-        consumers.push(consumer);
+    let shards = shared
+        .names
+        .shards
+        .iter()
+        .map(|queue| {
+            Ok(ShardSlot {
+                queue: short(queue)?,
+                tag: None,
+                generation: 0,
+                seen: None,
+                recent: 0,
+            })
+        })
+        .collect::<Result<Vec<_>, QueueError>>()?;
+    let count = shards.len();
+    let mut subscription = Subscription {
+        channel,
+        stream: futures::stream::SelectAll::new(),
+        shards,
+        next_generation: 0,
+    };
+    for k in 0..count {
+        subscription
+            .consume_shard((balance.offset + k) % count)
+            .await?;
     }
-    Ok((channel, futures::stream::select_all(consumers)))
+    Ok(subscription)
 }
 
-async fn forward(
-    shared: &Arc<Shared>,
-    channel: &Channel,
-    mut stream: Deliveries,
-    deliveries: &mpsc::Sender<Delivery>,
-    stop: &mut watch::Receiver<()>,
-) -> Ended {
-    loop {
-        let next = tokio::select! {
-            _ = stop.changed() => return Ended::Stopped,
-            _ = deliveries.closed() => return Ended::Stopped,
-            next = stream.next() => next,
+/// A shard being handed off: it waits until the worker settled all of its
+/// deliveries; what comes from it meanwhile is held here, neither given to
+/// the worker nor back to the broker (we are still its active consumer, it
+/// would come straight back).
+struct Pending {
+    shard: usize,
+    since: Instant,
+    held: Vec<AmqpDelivery>,
+}
+
+/// The state of one subscription's forwarding loop.
+struct Feeder<'a> {
+    shared: &'a Arc<Shared>,
+    link: &'a Link,
+    balance: &'a Balance,
+    subscription: Subscription,
+    deliveries: &'a mpsc::Sender<Delivery>,
+    pending: Option<Pending>,
+    /// Consumers of the shards at the last count (every worker process
+    /// subscribes to every shard).
+    consumers: u32,
+}
+
+type Census = BoxFuture<'static, Result<Vec<ShardCounts>, QueueError>>;
+
+async fn forward(feeder: &mut Feeder<'_>, stop: &mut watch::Receiver<()>) -> Ended {
+    let mut tick = tokio::time::interval(feeder.balance.interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut census: Option<Census> = None;
+    let idle = feeder.balance.idle.clone();
+    let ended = loop {
+        let step = tokio::select! {
+            _ = stop.changed() => Err(Ended::Stopped),
+            _ = feeder.deliveries.closed() => Err(Ended::Stopped),
+            _ = tick.tick() => {
+                if census.is_none() {
+                    census = Some(
+                        count_shards(
+                            feeder.link.connection.clone(),
+                            feeder.shared.names.shards.clone(),
+                            feeder.shared.settings.confirm_timeout,
+                        )
+                        .boxed(),
+                    );
+                }
+                Ok(())
+            }
+            counted = async { census.as_mut().expect("a census").await }, if census.is_some() => {
+                census = None;
+                match counted {
+                    Ok(counts) => feeder.on_census(&counts, stop).await,
+                    Err(error) => {
+                        tracing::debug!(%error, "failed to count the shards' consumers");
+                        Ok(())
+                    }
+                }
+            }
+            _ = idle.notified(), if feeder.pending.is_some() => feeder.try_hand_off().await,
+            next = feeder.subscription.stream.next() => match next {
+                Some(incoming) => feeder.on_incoming(incoming, stop).await,
+                None => Err(Ended::Lost),
+            },
         };
-        let delivery = match next {
+        if let Err(ended) = step {
+            break ended;
+        }
+    };
+    feeder.give_back_held().await;
+    ended
+}
+
+impl Feeder<'_> {
+    async fn on_incoming(
+        &mut self,
+        incoming: Incoming,
+        stop: &mut watch::Receiver<()>,
+    ) -> Result<(), Ended> {
+        let Incoming {
+            shard, generation, ..
+        } = incoming;
+        let delivery = match incoming.delivery {
             Some(Ok(delivery)) => delivery,
             Some(Err(error)) => {
                 tracing::warn!(%error, "consuming failed");
-                return Ended::Lost;
+                return Err(Ended::Lost);
             }
-            None => return Ended::Lost,
+            None => {
+                if self.subscription.current(shard, generation) {
+                    // The broker cancelled us (the queue was deleted, say).
+                    let slot = &mut self.subscription.shards[shard];
+                    tracing::warn!(queue = %slot.queue, "the broker cancelled a subscription");
+                    slot.tag = None;
+                    slot.seen = None;
+                    if let Some(pending) = self.pending.take_if(|p| p.shard == shard) {
+                        requeue_all(pending.held).await;
+                    }
+                    if self.subscription.shards.iter().all(|s| s.tag.is_none()) {
+                        return Err(Ended::Lost);
+                    }
+                }
+                return Ok(());
+            }
         };
-        let Some(delivery) = decode(shared, channel, delivery).await else {
-            continue;
+        let current = self.subscription.current(shard, generation);
+        if is_probe(&delivery.properties) {
+            let _ = delivery.acker.ack(BasicAckOptions::default()).await;
+            if current {
+                self.subscription.shards[shard].seen = Some(Instant::now());
+            }
+            return Ok(());
+        }
+        if !current {
+            // Buffered on a consumer we cancelled: the shard is another
+            // consumer's now, the message goes to it.
+            requeue_all(vec![delivery]).await;
+            return Ok(());
+        }
+        let slot = &mut self.subscription.shards[shard];
+        slot.seen = Some(Instant::now());
+        slot.recent = slot.recent.saturating_add(1);
+        if let Some(pending) = self.pending.as_mut().filter(|p| p.shard == shard) {
+            pending.held.push(delivery);
+            return Ok(());
+        }
+        self.hand_to_worker(shard, delivery, stop).await
+    }
+
+    async fn hand_to_worker(
+        &mut self,
+        shard: usize,
+        delivery: AmqpDelivery,
+        stop: &mut watch::Receiver<()>,
+    ) -> Result<(), Ended> {
+        let unsettled = &self.balance.unsettled[shard];
+        let channel = &self.subscription.channel;
+        let Some(delivery) = decode(self.shared, channel, delivery, unsettled).await else {
+            return Ok(());
         };
         tokio::select! {
-            _ = stop.changed() => return Ended::Stopped,
-            sent = deliveries.send(delivery) => {
-                if sent.is_err() {
-                    return Ended::Stopped;
+            _ = stop.changed() => Err(Ended::Stopped),
+            sent = self.deliveries.send(delivery) => sent.map_err(|_| Ended::Stopped),
+        }
+    }
+
+    /// Every interval: probe the shards, then hand off one if we hold more
+    /// than our share.
+    async fn on_census(
+        &mut self,
+        counts: &[ShardCounts],
+        stop: &mut watch::Receiver<()>,
+    ) -> Result<(), Ended> {
+        let now = Instant::now();
+        self.consumers = counts.iter().map(|c| c.consumers).max().unwrap_or(0);
+        // A probe behind waiting messages would wait with them (and count
+        // as one); a shard with messages proves itself with them.
+        if !self.link.connection.status().blocked() {
+            for (slot, counts) in self.subscription.shards.iter().zip(counts) {
+                if counts.messages == 0
+                    && let Err(error) =
+                        probe(&self.subscription.channel, &slot.queue, &self.balance.id).await
+                {
+                    tracing::debug!(%error, queue = %slot.queue, "failed to probe a shard");
                 }
             }
         }
+        let window = self.balance.interval * ACTIVE_INTERVALS;
+        let active: Vec<usize> = (0..self.subscription.shards.len())
+            .filter(|&shard| {
+                let slot = &self.subscription.shards[shard];
+                slot.tag.is_some()
+                    && (!self.balance.unsettled[shard].idle()
+                        || slot
+                            .seen
+                            .is_some_and(|seen| now.duration_since(seen) <= window))
+            })
+            .collect();
+        self.shared
+            .active_shards
+            .store(active.len(), Ordering::Relaxed);
+        let step = self.rebalance(&active, stop).await;
+        for slot in &mut self.subscription.shards {
+            slot.recent /= 2;
+        }
+        step
     }
+
+    async fn rebalance(
+        &mut self,
+        active: &[usize],
+        stop: &mut watch::Receiver<()>,
+    ) -> Result<(), Ended> {
+        if let Some(pending) = &self.pending {
+            if pending.since.elapsed() < self.balance.interval * HANDOFF_INTERVALS {
+                return self.try_hand_off().await;
+            }
+            // Its deliveries take too long: give up, give the worker what
+            // was held; the next interval picks a shard again.
+            let mut pending = self.pending.take().expect("a pending handoff");
+            tracing::info!(
+                queue = %self.subscription.shards[pending.shard].queue,
+                "the shard to hand off stayed busy, keeping it"
+            );
+            while !pending.held.is_empty() {
+                let delivery = pending.held.remove(0);
+                if let Err(ended) = self.hand_to_worker(pending.shard, delivery, stop).await {
+                    self.pending = Some(pending);
+                    return Err(ended);
+                }
+            }
+            return Ok(());
+        }
+        let consumers = usize::try_from(self.consumers).unwrap_or(usize::MAX);
+        if consumers <= 1 {
+            return Ok(());
+        }
+        let fair = self.subscription.shards.len().div_ceil(consumers);
+        if active.len() <= fair {
+            return Ok(());
+        }
+        let shard = active.iter().copied().min_by_key(|&shard| {
+            (
+                !self.balance.unsettled[shard].idle(),
+                self.subscription.shards[shard].recent,
+            )
+        });
+        if let Some(shard) = shard {
+            tracing::debug!(
+                queue = %self.subscription.shards[shard].queue,
+                active = active.len(),
+                fair,
+                "handing off a shard"
+            );
+            self.pending = Some(Pending {
+                shard,
+                since: Instant::now(),
+                held: Vec::new(),
+            });
+            self.try_hand_off().await?;
+        }
+        Ok(())
+    }
+
+    /// Hands the pending shard to the next consumer once none of its
+    /// deliveries is with the worker: cancel (the broker activates the next
+    /// consumer in line), give back what was held (it goes to that
+    /// consumer), subscribe again (we are now last in line).
+    async fn try_hand_off(&mut self) -> Result<(), Ended> {
+        let Some(shard) = self.pending.as_ref().map(|p| p.shard) else {
+            return Ok(());
+        };
+        if !self.balance.unsettled[shard].idle() {
+            return Ok(());
+        }
+        let pending = self.pending.take().expect("a pending handoff");
+        let slot = &mut self.subscription.shards[shard];
+        let Some(tag) = slot.tag.take() else {
+            requeue_all(pending.held).await;
+            return Ok(());
+        };
+        let queue = slot.queue.clone();
+        slot.seen = None;
+        if let Err(error) = self
+            .subscription
+            .channel
+            .basic_cancel(tag, BasicCancelOptions::default())
+            .await
+        {
+            tracing::warn!(%error, %queue, "failed to hand off a shard");
+            return Err(Ended::Lost);
+        }
+        requeue_all(pending.held).await;
+        if let Err(error) = self.subscription.consume_shard(shard).await {
+            tracing::warn!(%error, %queue, "failed to subscribe again after a handoff");
+            return Err(Ended::Lost);
+        }
+        tracing::info!(%queue, consumers = self.consumers, "handed a shard to the next consumer");
+        Ok(())
+    }
+
+    /// On the way out: what a pending handoff held goes back, after its
+    /// consumer is cancelled (else the broker would hand it straight back
+    /// to that consumer, whose stream is about to be dropped).
+    async fn give_back_held(&mut self) {
+        let Some(pending) = self.pending.take() else {
+            return;
+        };
+        if pending.held.is_empty() {
+            return;
+        }
+        let timeout = self.shared.settings.confirm_timeout;
+        let channel = &self.subscription.channel;
+        let _ = tokio::time::timeout(timeout, async {
+            if let Some(tag) = self.subscription.shards[pending.shard].tag.take() {
+                let _ = channel
+                    .basic_cancel(tag, BasicCancelOptions::default())
+                    .await;
+            }
+            requeue_all(pending.held).await;
+        })
+        .await;
+    }
+}
+
+async fn requeue_all(deliveries: Vec<AmqpDelivery>) {
+    let requeue = BasicNackOptions {
+        requeue: true,
+        ..Default::default()
+    };
+    for delivery in deliveries {
+        let _ = delivery.acker.nack(requeue).await;
+    }
+}
+
+/// A shard queue's counts, from a passive declare.
+#[derive(Clone, Copy, Debug)]
+struct ShardCounts {
+    /// Ready messages.
+    messages: u32,
+    /// Every consumer, the waiting ones of a single-active-consumer queue
+    /// included.
+    consumers: u32,
+}
+
+/// Counts every shard on a channel of its own: a shard that is missing
+/// closes the channel it was asked on.
+async fn count_shards(
+    connection: Arc<Connection>,
+    shards: Vec<String>,
+    timeout: Duration,
+) -> Result<Vec<ShardCounts>, QueueError> {
+    let counted = async {
+        let channel = connection
+            .create_channel()
+            .await
+            .map_err(|e| unavailable("failed to open a channel", e))?;
+        let mut counts = Vec::with_capacity(shards.len());
+        for shard in &shards {
+            counts.push(declared_counts(&channel, shard).await?);
+        }
+        let _ = channel.close(200, "counted".into()).await;
+        Ok(counts)
+    };
+    tokio::time::timeout(timeout, counted)
+        .await
+        .unwrap_or_else(|_| {
+            Err(QueueError::Unavailable(format!(
+                "failed to count the shards within {timeout:?}"
+            )))
+        })
+}
+
+/// Asks whoever is the active consumer of `queue` to say so: an empty
+/// message through the default exchange, straight to the queue. It expires
+/// at once unless a consumer can take it at once, so it never waits in the
+/// queue (nor in `depth`) and never outlives its consumer.
+async fn probe(channel: &Channel, queue: &ShortString, id: &str) -> Result<(), lapin::Error> {
+    let mut headers = FieldTable::default();
+    headers.insert(
+        PROBE_HEADER.into(),
+        AMQPValue::LongString(id.to_string().into()),
+    );
+    let properties = BasicProperties::default()
+        .with_expiration("0".into())
+        .with_headers(headers);
+    channel
+        .basic_publish(
+            "".into(),
+            queue.clone(),
+            BasicPublishOptions::default(),
+            &[],
+            properties,
+        )
+        .await
+        .map(drop)
+}
+
+fn is_probe(properties: &BasicProperties) -> bool {
+    properties
+        .headers()
+        .as_ref()
+        .is_some_and(|headers| headers.inner().contains_key(PROBE_HEADER))
 }
 
 /// A message that is not an event will never become one: it is parked with
@@ -917,6 +1506,7 @@ async fn decode(
     shared: &Arc<Shared>,
     channel: &Channel,
     delivery: AmqpDelivery,
+    unsettled: &Arc<Unsettled>,
 ) -> Option<Delivery> {
     match Event::from_bytes(&delivery.data) {
         Ok(event) => {
@@ -925,6 +1515,7 @@ async fn decode(
                 event: event.clone(),
                 delivery: Some(delivery.acker),
                 channel: channel.clone(),
+                settling: Some(unsettled.hold()),
             };
             Some(Delivery {
                 event,
@@ -941,7 +1532,7 @@ async fn decode(
                 }
                 Err(error) => {
                     tracing::warn!(%error, "failed to park a message, giving it back");
-                    give_back_later(acker, channel.clone(), RECONNECT_MAX);
+                    give_back_later(acker, channel.clone(), RECONNECT_MAX, None);
                 }
             }
             None
@@ -958,6 +1549,9 @@ struct AmqpAcker {
     /// Keeps the delivery's channel open (lapin closes a channel with its
     /// last handle) after the consumer stopped taking messages.
     channel: Channel,
+    /// Keeps the delivery's shard from being handed off until the delivery
+    /// is settled.
+    settling: Option<Settling>,
 }
 
 impl AmqpAcker {
@@ -998,7 +1592,7 @@ impl Acker for AmqpAcker {
                 // closes; given back at once, a broker that refuses
                 // publishes (an alarm) would see it reconciled in a loop.
                 let delay = self.shared.settings.retry.delay(event.attempt);
-                give_back_later(delivery, self.channel.clone(), delay);
+                give_back_later(delivery, self.channel.clone(), delay, self.settling.take());
                 Err(failed)
             }
         }
@@ -1019,14 +1613,24 @@ impl Drop for AmqpAcker {
         if let Some(delivery) = self.delivery.take()
             && tokio::runtime::Handle::try_current().is_ok()
         {
-            give_back_later(delivery, self.channel.clone(), Duration::ZERO);
+            give_back_later(
+                delivery,
+                self.channel.clone(),
+                Duration::ZERO,
+                self.settling.take(),
+            );
         }
     }
 }
 
 /// Requeues a delivery after `delay`, holding its prefetch slot (and its
-/// channel) meanwhile.
-fn give_back_later(delivery: lapin::Acker, channel: Channel, delay: Duration) {
+/// channel, and its shard) meanwhile.
+fn give_back_later(
+    delivery: lapin::Acker,
+    channel: Channel,
+    delay: Duration,
+    settling: Option<Settling>,
+) {
     tokio::spawn(async move {
         tokio::time::sleep(delay).await;
         let requeue = BasicNackOptions {
@@ -1035,6 +1639,7 @@ fn give_back_later(delivery: lapin::Acker, channel: Channel, delay: Duration) {
         };
         let _ = delivery.nack(requeue).await;
         drop(channel);
+        drop(settling);
     });
 }
 
@@ -1129,6 +1734,7 @@ mod tests {
                 ..Default::default()
             },
             confirm_timeout: Duration::from_secs(10),
+            balance_interval: Duration::from_millis(300),
         }
     }
 
@@ -1303,6 +1909,13 @@ mod tests {
     }
 
     #[test]
+    fn balancing_defaults_to_every_five_seconds() {
+        let settings = AmqpSettings::default();
+        assert_eq!(settings.balance_interval, Duration::from_secs(5));
+        assert!(format!("{settings:?}").contains("balance_interval: 5s"));
+    }
+
+    #[test]
     fn long_errors_and_keys_are_cut() {
         let error = "é".repeat(5000);
         let cut = truncate(&error);
@@ -1431,6 +2044,11 @@ mod tests {
         for (queue, (_, active)) in consumers(&prefix).await {
             assert_eq!(active, 1, "{queue} has {active} active consumers");
         }
+        // They share the shards; once balanced, no shard moves any more.
+        eventually("each process is active on half the shards", || async {
+            (first.active_shards(), second.active_shards()) == (2, 2)
+        })
+        .await;
 
         for i in 0..40 {
             first
@@ -1791,190 +2409,238 @@ mod tests {
                 .is_none()
         );
     }
+
+    /// Receives from `deliveries` until it ends, holding each delivery for
+    /// `hold` on a task of its own and acking it after; records which
+    /// consumer held which app, and whether an app was ever held by two
+    /// consumers at once.
+    fn serve(
+        consumer: usize,
+        mut deliveries: mpsc::Receiver<Delivery>,
+        hold: Duration,
+        book: Arc<std::sync::Mutex<Book>>,
+    ) -> tokio::task::JoinHandle<()> {
+        tokio::spawn(async move {
+            while let Some(delivery) = deliveries.recv().await {
+                let app = delivery.event.app.name.clone();
+                {
+                    let mut guard = book.lock().unwrap();
+                    let book = &mut *guard;
+                    book.received[consumer] += 1;
+                    book.apps[consumer].insert(app.clone());
+                    let holder = book.holders.entry(app.clone()).or_insert((consumer, 0));
+                    if holder.1 > 0 && holder.0 != consumer {
+                        let other = holder.0;
+                        book.overlaps
+                            .push(format!("{app} went to {consumer} while {other} held it"));
+                    } else {
+                        holder.0 = consumer;
+                    }
+                    holder.1 += 1;
+                }
+                let book = book.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(hold).await;
+                    // Let go before the ack, as the worker records the end
+                    // of a reconcile before it acks.
+                    book.lock().unwrap().holders.get_mut(&app).unwrap().1 -= 1;
+                    delivery.ack().await.unwrap();
+                });
+            }
+        })
+    }
+
+    #[derive(Default)]
+    struct Book {
+        received: [usize; 2],
+        apps: [BTreeSet<String>; 2],
+        /// App → (consumer holding it, deliveries held).
+        holders: HashMap<String, (usize, usize)>,
+        overlaps: Vec<String>,
+    }
+
     #[tokio::test]
-    async fn zz_experiment() {
-        let q = format!("zz-exp-{}", new_id());
-        let (_c1, ch1) = raw_channel().await;
-        let (_c2, ch2) = raw_channel().await;
-        let (_c3, ch3) = raw_channel().await;
-        let mut sac = FieldTable::default();
-        sac.insert("x-single-active-consumer".into(), AMQPValue::Boolean(true));
-        ch3.queue_declare(q.as_str().into(), QueueDeclareOptions::default(), sac)
-            .await
-            .unwrap();
-        ch1.basic_qos(1, BasicQosOptions { global: true })
-            .await
-            .unwrap();
-        ch2.basic_qos(1, BasicQosOptions { global: true })
-            .await
-            .unwrap();
-        let mut k1 = ch1
-            .basic_consume(
-                q.as_str().into(),
-                "".into(),
-                BasicConsumeOptions::default(),
-                FieldTable::default(),
-            )
-            .await
-            .unwrap();
-        let mut k2 = ch2
-            .basic_consume(
-                q.as_str().into(),
-                "".into(),
-                BasicConsumeOptions::default(),
-                FieldTable::default(),
-            )
-            .await
-            .unwrap();
-        let passive = QueueDeclareOptions {
-            passive: true,
-            ..Default::default()
-        };
-        let d = ch3
-            .queue_declare(q.as_str().into(), passive, FieldTable::default())
-            .await
-            .unwrap();
-        eprintln!(
-            "consumer_count with 2 SAC consumers: {}",
-            d.consumer_count()
-        );
-        let probe = BasicProperties::default().with_expiration("0".into());
-        ch3.basic_publish(
-            "".into(),
-            q.as_str().into(),
-            BasicPublishOptions::default(),
-            b"p1",
-            probe.clone(),
-        )
-        .await
-        .unwrap();
-        let m = tokio::time::timeout(Duration::from_secs(2), k1.next()).await;
-        eprintln!(
-            "k1 got ttl0 probe: {:?}",
-            m.as_ref().map(|m| m
-                .as_ref()
-                .map(|m| String::from_utf8_lossy(&m.as_ref().unwrap().data).to_string()))
-        );
-        // k1 prefetch full now (unacked). Publish another probe: should be dropped.
-        ch3.basic_publish(
-            "".into(),
-            q.as_str().into(),
-            BasicPublishOptions::default(),
-            b"p2",
-            probe.clone(),
-        )
-        .await
-        .unwrap();
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        let d = ch3
-            .queue_declare(q.as_str().into(), passive, FieldTable::default())
-            .await
-            .unwrap();
-        eprintln!(
-            "ready after probe to a full consumer: {}",
-            d.message_count()
-        );
-        // backlog: publish a normal message then a probe
-        ch3.basic_publish(
-            "".into(),
-            q.as_str().into(),
-            BasicPublishOptions::default(),
-            b"m1",
-            BasicProperties::default(),
-        )
-        .await
-        .unwrap();
-        ch3.basic_publish(
-            "".into(),
-            q.as_str().into(),
-            BasicPublishOptions::default(),
-            b"p3",
-            probe.clone(),
-        )
-        .await
-        .unwrap();
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        let d = ch3
-            .queue_declare(q.as_str().into(), passive, FieldTable::default())
-            .await
-            .unwrap();
-        eprintln!(
-            "ready with m1+p3 behind full consumer: {}",
-            d.message_count()
-        );
-        // ack p1
-        m.unwrap()
-            .unwrap()
-            .unwrap()
-            .acker
-            .ack(BasicAckOptions::default())
-            .await
-            .unwrap();
-        let m = tokio::time::timeout(Duration::from_secs(2), k1.next())
-            .await
-            .unwrap()
-            .unwrap()
-            .unwrap();
-        eprintln!("k1 next: {}", String::from_utf8_lossy(&m.data));
-        m.acker.ack(BasicAckOptions::default()).await.unwrap();
-        let m = tokio::time::timeout(Duration::from_millis(500), k1.next()).await;
-        eprintln!("k1 next after: {}", m.is_ok());
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        let d = ch3
-            .queue_declare(q.as_str().into(), passive, FieldTable::default())
-            .await
-            .unwrap();
-        eprintln!("ready at end: {}", d.message_count());
-        // cancel k1 while it holds an unacked message: does k2 become active at once?
-        ch3.basic_publish(
-            "".into(),
-            q.as_str().into(),
-            BasicPublishOptions::default(),
-            b"m2",
-            BasicProperties::default(),
-        )
-        .await
-        .unwrap();
-        let held = tokio::time::timeout(Duration::from_secs(2), k1.next())
-            .await
-            .unwrap()
-            .unwrap()
-            .unwrap();
-        ch1.basic_cancel(k1.tag(), Default::default())
-            .await
-            .unwrap();
-        ch3.basic_publish(
-            "".into(),
-            q.as_str().into(),
-            BasicPublishOptions::default(),
-            b"m3",
-            BasicProperties::default(),
-        )
-        .await
-        .unwrap();
-        let m = tokio::time::timeout(Duration::from_secs(1), k2.next()).await;
-        eprintln!(
-            "k2 while k1 cancelled holding m2: {:?}",
-            m.as_ref().map(|m| String::from_utf8_lossy(
-                &m.as_ref().unwrap().as_ref().unwrap().data
-            )
-            .to_string())
-        );
-        eprintln!(
-            "k1 stream after cancel: {:?}",
-            tokio::time::timeout(Duration::from_secs(1), k1.next())
+    async fn two_consumers_share_the_shards() {
+        let settings = settings("balance", 8);
+        let _cleanup = Cleanup(settings.clone());
+        let first = connected(settings.clone()).await;
+        let first_deliveries = first.consume(20).await.unwrap();
+        // Alone, the first consumer is active on every shard (its probes
+        // tell it so).
+        eventually("the first consumer is active on every shard", || async {
+            first.active_shards() == 8
+        })
+        .await;
+        let second = connected(settings).await;
+        let second_deliveries = second.consume(20).await.unwrap();
+
+        let book = Arc::new(std::sync::Mutex::new(Book::default()));
+        let hold = Duration::from_millis(10);
+        let serving = [
+            serve(0, first_deliveries, hold, book.clone()),
+            serve(1, second_deliveries, hold, book.clone()),
+        ];
+        for i in 0..200 {
+            first
+                .publish(&event(&format!("app-{}", i % 40)))
                 .await
-                .map(|x| x.is_none())
-        );
-        held.acker
-            .nack(BasicNackOptions {
-                requeue: true,
-                ..Default::default()
-            })
-            .await
-            .unwrap();
-        ch3.queue_delete(q.as_str().into(), QueueDeleteOptions::default())
-            .await
-            .unwrap();
+                .unwrap();
+        }
+        eventually(
+            "all 200 events were delivered to both consumers",
+            || async {
+                let book = book.lock().unwrap();
+                book.received.iter().sum::<usize>() == 200 && book.received.iter().all(|&n| n > 0)
+            },
+        )
+        .await;
+        eventually("each consumer is active on half the shards", || async {
+            (first.active_shards(), second.active_shards()) == (4, 4)
+        })
+        .await;
+        {
+            let book = book.lock().unwrap();
+            assert!(book.overlaps.is_empty(), "{:?}", book.overlaps);
+            assert!(!book.apps[0].is_empty() && !book.apps[1].is_empty());
+        }
+        for task in serving {
+            task.abort();
+        }
+        first.delete_topology().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_shard_is_never_handed_off_while_one_of_its_deliveries_is_unsettled() {
+        let settings = settings("busy-shards", 8);
+        let _cleanup = Cleanup(settings.clone());
+        let names = Names::new(&settings.prefix, settings.shards, &settings.retry);
+        let prefix = settings.prefix.clone();
+        let first = connected(settings.clone()).await;
+
+        // Learn one application per shard.
+        for i in 0..80 {
+            first.publish(&event(&format!("app-{i}"))).await.unwrap();
+        }
+        let (_connection, channel) = raw_channel().await;
+        let mut app_of_shard = Vec::new();
+        for shard in &names.shards {
+            let messages = drain(&channel, shard).await;
+            let message = messages.first().expect("80 apps cover 8 shards");
+            app_of_shard.push(Event::from_bytes(&message.data).unwrap().app.name);
+        }
+
+        // The first consumer holds one delivery of every shard.
+        let mut first_deliveries = first.consume(50).await.unwrap();
+        for app in &app_of_shard {
+            first.publish(&event(app)).await.unwrap();
+        }
+        let mut held: HashMap<String, Vec<Delivery>> = HashMap::new();
+        for _ in 0..8 {
+            let delivery = next(&mut first_deliveries).await;
+            held.entry(delivery.event.app.name.clone())
+                .or_default()
+                .push(delivery);
+        }
+        eventually("the first consumer is active on every shard", || async {
+            first.active_shards() == 8
+        })
+        .await;
+
+        // A second consumer joins: the first would hand off half, but no
+        // shard of it is idle. Second events of the same apps all reach the
+        // first one (one of them may wait out a handoff that gives up).
+        let second = connected(settings).await;
+        let mut second_deliveries = second.consume(50).await.unwrap();
+        eventually("the second consumer subscribed to every shard", || async {
+            consumers(&prefix).await.values().all(|&(all, _)| all == 2)
+        })
+        .await;
+        for app in &app_of_shard {
+            first.publish(&event(app)).await.unwrap();
+        }
+        for _ in 0..8 {
+            let delivery = next(&mut first_deliveries).await;
+            held.entry(delivery.event.app.name.clone())
+                .or_default()
+                .push(delivery);
+        }
+        assert!(held.values().all(|deliveries| deliveries.len() == 2));
+        // Several balance intervals, a handoff given up included.
+        assert!(nothing_within(&mut second_deliveries, Duration::from_millis(1500)).await);
+        assert_eq!(second.active_shards(), 0);
+
+        // Once one application's deliveries are settled, its shard (idle
+        // now) is the one handed off, and its next event goes to the second.
+        let released = app_of_shard[3].clone();
+        for delivery in held.remove(&released).unwrap() {
+            delivery.ack().await.unwrap();
+        }
+        eventually("the idle shard was handed off", || async {
+            second.active_shards() == 1 && first.active_shards() == 7
+        })
+        .await;
+        first.publish(&event(&released)).await.unwrap();
+        assert_eq!(next(&mut second_deliveries).await.event.app.name, released);
+        assert!(nothing_within(&mut first_deliveries, Duration::from_millis(300)).await);
+
+        // Settled, the rest spreads out.
+        for delivery in held.into_values().flatten() {
+            delivery.ack().await.unwrap();
+        }
+        eventually("each consumer is active on half the shards", || async {
+            (first.active_shards(), second.active_shards()) == (4, 4)
+        })
+        .await;
+        first.delete_topology().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn an_application_is_never_held_by_two_consumers_at_once() {
+        let settings = settings("exclusive", 8);
+        let _cleanup = Cleanup(settings.clone());
+        let first = connected(settings.clone()).await;
+        let first_deliveries = first.consume(16).await.unwrap();
+        eventually("the first consumer is active on every shard", || async {
+            first.active_shards() == 8
+        })
+        .await;
+        let second = connected(settings).await;
+        let second_deliveries = second.consume(16).await.unwrap();
+
+        let book = Arc::new(std::sync::Mutex::new(Book::default()));
+        // Longer than the gap between two events of one app: most apps are
+        // held most of the time, so a handoff that did not wait for its
+        // shard to be idle would show.
+        let hold = Duration::from_millis(150);
+        let serving = [
+            serve(0, first_deliveries, hold, book.clone()),
+            serve(1, second_deliveries, hold, book.clone()),
+        ];
+        // Spread over a couple of seconds, so the shards move while events
+        // of their applications are being held.
+        for batch in 0..20 {
+            for i in 0..20 {
+                let app = format!("app-{}", (batch * 20 + i) % 40);
+                first.publish(&event(&app)).await.unwrap();
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        eventually("all 400 events were delivered", || async {
+            book.lock().unwrap().received.iter().sum::<usize>() == 400
+        })
+        .await;
+        {
+            let book = book.lock().unwrap();
+            assert!(book.overlaps.is_empty(), "{:?}", book.overlaps);
+            assert!(
+                book.received.iter().all(|&n| n > 0),
+                "both consumers took part: {:?}",
+                book.received
+            );
+        }
+        for task in serving {
+            task.abort();
+        }
+        first.delete_topology().await.unwrap();
     }
 }

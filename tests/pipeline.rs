@@ -501,7 +501,7 @@ async fn a_worker_killed_mid_reconcile_leaves_the_event_to_another() {
         ("SETPOINT_RECONCILE_RECORD", record_s.as_str()),
     ];
     let args = ["worker", "--amqp-prefix", &prefix];
-    let mut workers = vec![
+    let mut workers = [
         Setpoint::spawn(&args, &env, &cache.path().join("w1").tap_mkdir()),
         Setpoint::spawn(&args, &env, &cache.path().join("w2").tap_mkdir()),
     ];

@@ -8,8 +8,7 @@ mod support;
 use std::process::Command;
 use std::time::Duration;
 
-use setpoint::api::{Application, Sync};
-use support::app::{automated, create_app, install_crd};
+use support::app::{automated, create_app, install_crd, synced_at};
 use support::process::{Setpoint, free_port, github_push, post_github};
 use support::{GitRepo, TestNamespace, amqp_prefix, amqp_url, wait_for};
 
@@ -26,19 +25,6 @@ fn rabbitmqctl(args: &[&str]) {
         "rabbitmqctl {args:?}: {}",
         String::from_utf8_lossy(&status.stderr)
     );
-}
-
-async fn synced_at(ns: &TestNamespace, app: &str, commit: &str) -> Result<(), String> {
-    let app = ns
-        .api::<Application>()
-        .get(app)
-        .await
-        .map_err(|e| e.to_string())?;
-    let status = app.status.unwrap_or_default();
-    match (status.sync.status, status.sync.revision.as_deref()) {
-        (Sync::Synced, Some(r)) if r == commit => Ok(()),
-        (sync, revision) => Err(format!("{sync:?} at {revision:?}")),
-    }
 }
 
 #[tokio::test]

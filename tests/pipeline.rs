@@ -10,10 +10,9 @@ use std::time::Duration;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Patch, PatchParams};
-use setpoint::api::{Application, Sync};
 use setpoint::queue::amqp::{AmqpQueue, AmqpSettings};
 use setpoint::queue::{Queue, RetryPolicy};
-use support::app::{automated, create_app, install_crd};
+use support::app::{automated, create_app, install_crd, synced_at};
 use support::process::{Setpoint, free_port, github_push, gitlab_push, post_github, post_gitlab};
 use support::{GitRepo, TestNamespace, amqp_prefix, amqp_url, wait_for};
 
@@ -30,19 +29,6 @@ fn deployment(name: &str, replicas: u32) -> String {
     format!(
         "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: {name}\nspec:\n  replicas: {replicas}\n  selector:\n    matchLabels: {{app: {name}}}\n  template:\n    metadata:\n      labels: {{app: {name}}}\n    spec:\n      containers:\n      - name: app\n        image: app:1\n"
     )
-}
-
-async fn synced_at(ns: &TestNamespace, app: &str, commit: &str) -> Result<(), String> {
-    let app = ns
-        .api::<Application>()
-        .get(app)
-        .await
-        .map_err(|e| e.to_string())?;
-    let status = app.status.unwrap_or_default();
-    match (status.sync.status, status.sync.revision.as_deref()) {
-        (Sync::Synced, Some(r)) if r == commit => Ok(()),
-        (sync, revision) => Err(format!("{sync:?} at {revision:?}")),
-    }
 }
 
 async fn amqp(prefix: &str) -> AmqpQueue {

@@ -112,3 +112,17 @@ pub async fn event_notes(ns: &TestNamespace, app: &str, reason: &str) -> Vec<Str
         .filter_map(|e| e.note)
         .collect()
 }
+
+/// `Ok` once the Application's status is Synced at `commit`; else its state.
+pub async fn synced_at(ns: &TestNamespace, app: &str, commit: &str) -> Result<(), String> {
+    let app = ns
+        .api::<Application>()
+        .get(app)
+        .await
+        .map_err(|e| e.to_string())?;
+    let status = app.status.unwrap_or_default();
+    match (status.sync.status, status.sync.revision.as_deref()) {
+        (setpoint::api::Sync::Synced, Some(r)) if r == commit => Ok(()),
+        (sync, revision) => Err(format!("{sync:?} at {revision:?}")),
+    }
+}

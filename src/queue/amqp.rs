@@ -370,30 +370,52 @@ impl AmqpQueue {
     pub async fn delete_topology(&self) -> Result<(), QueueError> {
         let shared = &self.0.shared;
         let names = &shared.names;
-        shared
-            .with_channel("delete the topology", async |channel| {
-                let queues = names
-                    .shards
-                    .iter()
-                    .chain(&names.retries)
-                    .chain([&names.parked]);
-                for queue in queues {
-                    channel
-                        .queue_delete(short(queue)?, QueueDeleteOptions::default())
-                        .await
-                        .map_err(|e| topology(format!("failed to delete queue {queue}"), e))?;
+        // Each deletion on a channel of its own, tried a few times: a
+        // consumer of this process resubscribing to a shard that just went
+        // away can take a channel down with it, and deleting what is already
+        // gone succeeds.
+        let queues = names
+            .shards
+            .iter()
+            .chain(&names.retries)
+            .chain([&names.parked])
+            .map(|queue| (queue, true));
+        let exchanges = names
+            .retries
+            .iter()
+            .chain([&names.events])
+            .map(|exchange| (exchange, false));
+        for (name, is_queue) in queues.chain(exchanges) {
+            let what = if is_queue { "queue" } else { "exchange" };
+            let mut attempt = 0;
+            loop {
+                attempt += 1;
+                let deleted = shared
+                    .with_channel("delete the topology", async |channel| {
+                        let result = if is_queue {
+                            channel
+                                .queue_delete(short(name)?, QueueDeleteOptions::default())
+                                .await
+                                .map(drop)
+                        } else {
+                            channel
+                                .exchange_delete(short(name)?, ExchangeDeleteOptions::default())
+                                .await
+                        };
+                        result.map_err(|e| topology(format!("failed to delete {what} {name}"), e))
+                    })
+                    .await;
+                match deleted {
+                    Ok(()) => break,
+                    Err(error) if attempt >= 5 => return Err(error),
+                    Err(error) => {
+                        tracing::debug!(%error, attempt, "deleting the topology again");
+                        tokio::time::sleep(Duration::from_millis(100 * attempt)).await;
+                    }
                 }
-                for exchange in names.retries.iter().chain([&names.events]) {
-                    channel
-                        .exchange_delete(short(exchange)?, ExchangeDeleteOptions::default())
-                        .await
-                        .map_err(|e| {
-                            topology(format!("failed to delete exchange {exchange}"), e)
-                        })?;
-                }
-                Ok(())
-            })
-            .await
+            }
+        }
+        Ok(())
     }
 }
 

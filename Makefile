@@ -10,6 +10,12 @@ K8S_VERSION := $(shell awk '{for (i = 1; i < NF; i++) if ($$i == "k8s.io/kuberne
 SETPOINT_CACHE ?= $(HOME)/.cache/setpoint
 export SETPOINT_CACHE K8S_VERSION
 KUBECTL := $(SETPOINT_CACHE)/k8s-$(K8S_VERSION)/bin/kubectl
+HELM_VERSION := $(shell awk '$$1 == "helm.sh/helm/v4" {print $$2; exit}' tests/tools/helm/go.mod)
+HELM := $(SETPOINT_CACHE)/helm-$(HELM_VERSION)/bin/helm
+# The renderers Setpoint runs (kustomize through kubectl, and helm), built
+# from their Go modules into the cache.
+export SETPOINT_KUBECTL ?= $(KUBECTL)
+export SETPOINT_HELM ?= $(HELM)
 export KUBECONFIG := $(CURDIR)/.cluster/kubeconfig
 export CARGO_TERM_COLOR ?= never
 # Cargo builds are cached outside the checkout, keyed by the toolchain, so a
@@ -19,7 +25,7 @@ export CARGO_TARGET_DIR ?= $(SETPOINT_CACHE)/cargo-target-$(RUSTC_VERSION)
 
 PHONY_EXTRA := crd bench
 .PHONY: all build test unit lint demo bench cluster-build cluster-up cluster-down \
-	rabbitmq-up rabbitmq-down up down fmt $(PHONY_EXTRA)
+	rabbitmq-up rabbitmq-down up down fmt helm-build $(PHONY_EXTRA)
 
 all: build
 
@@ -44,6 +50,10 @@ cluster-up:
 cluster-down:
 	tests/controlplane/cluster.sh down
 
+## helm, built from its Go module (see tests/tools/helm/build.sh).
+helm-build:
+	tests/tools/helm/build.sh >/dev/null
+
 ## RabbitMQ on 127.0.0.1:5672 (see tests/broker/rabbitmq.sh).
 rabbitmq-up:
 	tests/broker/rabbitmq.sh up
@@ -51,7 +61,7 @@ rabbitmq-up:
 rabbitmq-down:
 	tests/broker/rabbitmq.sh down
 
-up: cluster-up rabbitmq-up
+up: cluster-up rabbitmq-up helm-build
 down: cluster-down rabbitmq-down
 
 lint:

@@ -14,6 +14,7 @@ use tower::util::MapRequestLayer;
 
 use crate::reconcile::kinds::Kinds;
 use crate::source::git::{Credentials, GitSource};
+use crate::source::render::{RenderSettings, Renderers};
 
 #[derive(Clone)]
 pub struct Context(Arc<Inner>);
@@ -24,6 +25,8 @@ pub struct Inner {
     pub git: GitSource,
     pub kinds: Kinds,
     pub reporter: Reporter,
+    /// Kustomize and Helm, with their output cache.
+    pub renderers: Renderers,
     /// Git credentials for http(s) repositories whose Application names no
     /// Secret: `SETPOINT_GIT_USERNAME` and `SETPOINT_GIT_PASSWORD` (or
     /// `SETPOINT_GIT_PASSWORD_FILE`).
@@ -52,6 +55,7 @@ impl Context {
             client,
             requests,
             // Short in-process retries: the queue retries with backoff too.
+            renderers: Renderers::new(RenderSettings::from_env(), cache_dir.join("render")),
             git: GitSource::new(cache_dir)
                 .with_fetch_retry_budget(std::time::Duration::from_secs(2)),
             kinds: Kinds::default(),

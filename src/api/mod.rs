@@ -56,6 +56,59 @@ pub struct Source {
     /// `password` (or `token`) for an `http(s)://` repository.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub credentials_secret: Option<String>,
+    /// Render the path as plain YAML and JSON files, even when it holds a
+    /// `kustomization.yaml` or a `Chart.yaml`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub directory: Option<DirectorySource>,
+    /// Render the path with Kustomize; the default when it holds a
+    /// `kustomization.yaml`, `kustomization.yml` or `Kustomization`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kustomize: Option<KustomizeSource>,
+    /// Render the path as a Helm chart; the default when it holds a
+    /// `Chart.yaml`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub helm: Option<HelmSource>,
+}
+
+/// Plain files; nothing to set yet.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DirectorySource {}
+
+/// `kustomize build` of the path (bases elsewhere in the repository work).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KustomizeSource {}
+
+/// `helm template` of the chart at the path, as Argo CD's `source.helm`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HelmSource {
+    /// The release name; defaults to the Application's name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub release_name: Option<String>,
+    /// Values files, relative to the chart's path, from the same repository;
+    /// later files win.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub value_files: Vec<String>,
+    /// Inline values as a YAML string; wins over the values files.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub values: Option<String>,
+    /// Inline values as an object; wins over `values`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "crate::api::free_form_object")]
+    pub values_object: Option<serde_json::Value>,
+    /// Leave out the chart's `crds/` directory.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub skip_crds: bool,
+}
+
+/// Any object: stored as given (`x-kubernetes-preserve-unknown-fields`).
+pub fn free_form_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "object",
+        "x-kubernetes-preserve-unknown-fields": true
+    })
 }
 
 /// Where the objects go.

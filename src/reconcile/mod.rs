@@ -23,16 +23,17 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Secret;
-use kube::Api;
 use kube::api::{Patch, PatchParams};
+use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 
 use crate::api::{Application, ApplicationStatus, Health, OperationSummary, ResourceStatus, Sync};
 use crate::context::Context;
 use crate::manifest::ObjectId;
 use crate::report::events::{Events, error_chain};
+use crate::source::git::Checkout;
 use crate::source::git::{CheckoutRequest, Credentials, GitError};
-use crate::source::render::{Directory, RenderError, Renderer};
+use crate::source::render::{Job, Method, RenderError, directory};
 
 use apply::ApplyError;
 use live::LiveError;
@@ -44,7 +45,7 @@ use status::{Ending, Report, short};
 pub enum ReconcileError {
     #[error(transparent)]
     Source(#[from] GitError),
-    #[error("invalid manifest: {0}")]
+    #[error("{}", if .0.is_manifest() { format!("invalid manifest: {}", .0) } else { .0.to_string() })]
     Render(#[from] RenderError),
     #[error(transparent)]
     Prepare(#[from] PrepareError),
@@ -72,7 +73,7 @@ impl ReconcileError {
     pub fn is_transient(&self) -> bool {
         match self {
             ReconcileError::Source(e) => e.is_transient(),
-            ReconcileError::Render(_) => false,
+            ReconcileError::Render(e) => e.is_transient(),
             ReconcileError::Prepare(e) => e.is_transient(),
             ReconcileError::Live(_) => true,
             ReconcileError::Apply(e) => e.is_transient(),
@@ -89,7 +90,7 @@ impl ReconcileError {
                 GitError::PathNotFound { .. } | GitError::NotADirectory { .. },
             ) => "PathNotFound",
             ReconcileError::Source(_) => "FetchFailed",
-            ReconcileError::Render(_) => "InvalidManifest",
+            ReconcileError::Render(e) => e.reason(),
             ReconcileError::Prepare(PrepareError::Duplicate(_)) => "InvalidManifest",
             ReconcileError::Prepare(e) if e.is_transient() => "DiscoveryFailed",
             ReconcileError::Prepare(_) => "UnknownKind",
@@ -133,6 +134,54 @@ impl Outcome {
     pub fn in_sync(&self) -> bool {
         self.plan.as_ref().is_some_and(|p| p.is_in_sync())
     }
+}
+
+/// The objects the Application's path declares at the checkout's commit:
+/// plain files in process, Kustomize and Helm through their cached renders.
+async fn render(
+    ctx: &Context,
+    app: &Application,
+    credentials: Option<&Credentials>,
+    checkout: &Checkout,
+) -> Result<Vec<crate::manifest::Manifest>, ReconcileError> {
+    let source = &app.spec.source;
+    let method = Method::detect(source, &checkout.path, &checkout.files)?;
+    if method == Method::Directory {
+        return Ok(directory::render(&checkout.files)?);
+    }
+    let capabilities = match method {
+        Method::Helm(_) => Some(ctx.renderers.capabilities(&ctx.client).await?),
+        _ => None,
+    };
+    let namespace = prepare::destination_namespace(app);
+    let job = Job {
+        method: &method,
+        repo_url: &source.repo_url,
+        mirror: &checkout.mirror,
+        commit: &checkout.commit,
+        path: &checkout.path,
+        namespace: &namespace,
+        app: &app.name_any(),
+        capabilities: capabilities.as_deref(),
+    };
+    let key = job.key();
+    if let Some(manifests) = ctx.renderers.cached(&key) {
+        return Ok(manifests.as_ref().clone());
+    }
+    // The whole tree: bases and values files may live outside the path. The
+    // commit is known, so no fetch.
+    let tree = ctx
+        .git
+        .checkout(&CheckoutRequest {
+            url: &source.repo_url,
+            revision: Some(&checkout.commit),
+            path: None,
+            credentials,
+            known_commit: None,
+        })
+        .await?;
+    let manifests = ctx.renderers.render(&job, key, &tree.files).await?;
+    Ok(manifests.as_ref().clone())
 }
 
 /// One reconcile of one Application.
@@ -220,7 +269,7 @@ async fn sync(
     let revision = checkout.commit.clone();
     *revision_out = Some(revision.clone());
 
-    let manifests = Directory.render(&checkout.files)?;
+    let manifests = render(ctx, app, credentials.as_ref(), &checkout).await?;
     let mut desired = prepare::prepare(&ctx.client, &ctx.kinds, app, manifests).await?;
     let (live, skipped_kinds) = live::read(&ctx.client, &ctx.kinds, app, &desired).await?;
     let desired_manifests: Vec<_> = desired.iter().map(|d| d.manifest.clone()).collect();
@@ -246,6 +295,12 @@ async fn sync(
         .collect();
     let chosen: Vec<usize> = decision.apply.iter().map(|s| index[&s.id]).collect();
     let applied = apply::apply(&ctx.client, &ctx.kinds, &mut desired, &chosen).await?;
+    if applied
+        .iter()
+        .any(|a| a.id.group == "apiextensions.k8s.io" && a.id.kind == "CustomResourceDefinition")
+    {
+        ctx.renderers.invalidate_capabilities().await;
+    }
     let prune_targets: Vec<ObjectId> = decision.prune.iter().map(|s| s.id.clone()).collect();
     let pruned = apply::prune(&ctx.client, &ctx.kinds, &prune_targets, &live.objects).await?;
 

@@ -181,6 +181,8 @@ pub struct Checkout {
     pub path: String,
     /// Every regular file under `path`, sorted by path.
     pub files: Vec<SourceFile>,
+    /// The bare mirror the files were read from.
+    pub mirror: PathBuf,
 }
 
 /// One regular file as Git holds it.
@@ -312,6 +314,7 @@ impl GitSource {
             commit,
             path,
             files,
+            mirror: mirror.dir.clone(),
         })
     }
 

@@ -61,15 +61,25 @@ pub async fn create_app(
     path: &str,
     sync_policy: SyncPolicy,
 ) -> Application {
+    let source = Source {
+        repo_url: repo_url.to_string(),
+        path: Some(path.to_string()),
+        ..Default::default()
+    };
+    create_app_from(ns, name, source, sync_policy).await
+}
+
+/// Creates an Application with the given source (Kustomize, Helm, ...).
+pub async fn create_app_from(
+    ns: &TestNamespace,
+    name: &str,
+    source: Source,
+    sync_policy: SyncPolicy,
+) -> Application {
     let mut app = Application::new(
         name,
         ApplicationSpec {
-            source: Source {
-                repo_url: repo_url.to_string(),
-                target_revision: None,
-                path: Some(path.to_string()),
-                credentials_secret: None,
-            },
+            source,
             sync_policy,
             ..Default::default()
         },

@@ -1,59 +1,37 @@
-//! Render: the files Git holds under an Application's path → the objects it
-//! declares. Today a plain directory of YAML and JSON; Kustomize and Helm plug
-//! in behind the same `Renderer` trait.
+//! The plain directory: every `.yaml`, `.yml` and `.json` file under the
+//! path, recursively, in path order; multi-document YAML; empty documents
+//! skipped; `kind: List` flattened. Pure: a function of the files.
 
 use serde::Deserialize;
 use serde_json::Value;
 
+use super::{RenderError, check_unique};
 use crate::manifest::{Manifest, ObjectId, Origin, split_api_version};
 use crate::source::git::SourceFile;
 
-#[derive(Debug, thiserror::Error)]
-pub enum RenderError {
-    #[error("{file}: document {document}{}: {message}", line.map(|l| format!(", line {l}")).unwrap_or_default())]
-    ParseManifest {
-        file: String,
-        document: usize,
-        line: Option<usize>,
-        message: String,
-    },
-    #[error("{origin}: {message}")]
-    InvalidObject { origin: Origin, message: String },
-    #[error("{id} is declared twice: in {first} and in {second}")]
-    DuplicateObject {
-        id: Box<ObjectId>,
-        first: Origin,
-        second: Origin,
-    },
-}
-
-/// How the files under a path become objects. Implementations must be pure
-/// functions of the files: their output is cached per revision.
-pub trait Renderer: Send + Sync {
-    fn render(&self, files: &[SourceFile]) -> Result<Vec<Manifest>, RenderError>;
-}
-
-/// Every `.yaml`, `.yml` and `.json` file, recursively, in path order;
-/// multi-document YAML; empty documents skipped; `kind: List` flattened.
-pub struct Directory;
-
-impl Renderer for Directory {
-    fn render(&self, files: &[SourceFile]) -> Result<Vec<Manifest>, RenderError> {
-        let mut files: Vec<&SourceFile> = files.iter().filter(|f| is_manifest(&f.path)).collect();
-        files.sort_by(|a, b| a.path.cmp(&b.path));
-        let mut manifests = Vec::new();
-        for file in files {
-            for (document, value) in parse_file(file)? {
-                let origin = Origin {
-                    file: file.path.clone(),
-                    document,
-                };
-                flatten(value, &origin, &mut manifests)?;
-            }
-        }
-        check_unique(&manifests)?;
-        Ok(manifests)
+pub fn render(files: &[SourceFile]) -> Result<Vec<Manifest>, RenderError> {
+    let mut files: Vec<&SourceFile> = files.iter().filter(|f| is_manifest(&f.path)).collect();
+    files.sort_by(|a, b| a.path.cmp(&b.path));
+    let mut manifests = Vec::new();
+    for file in files {
+        manifests.extend(objects(file)?);
     }
+    check_unique(&manifests)?;
+    Ok(manifests)
+}
+
+/// The objects of one YAML or JSON file (or of one renderer's output, named
+/// like a file), in document order.
+pub(super) fn objects(file: &SourceFile) -> Result<Vec<Manifest>, RenderError> {
+    let mut manifests = Vec::new();
+    for (document, value) in parse_file(file)? {
+        let origin = Origin {
+            file: file.path.clone(),
+            document,
+        };
+        flatten(value, &origin, &mut manifests)?;
+    }
+    Ok(manifests)
 }
 
 fn is_manifest(path: &str) -> bool {
@@ -159,29 +137,6 @@ fn flatten(value: Value, origin: &Origin, out: &mut Vec<Manifest>) -> Result<(),
     Ok(())
 }
 
-/// Two manifests for one object: an error, whatever their versions.
-pub fn check_unique(manifests: &[Manifest]) -> Result<(), RenderError> {
-    let mut seen: std::collections::HashMap<(&str, &str, Option<&str>, &str), &Manifest> =
-        Default::default();
-    for manifest in manifests {
-        let id = &manifest.id;
-        let key = (
-            id.group.as_str(),
-            id.kind.as_str(),
-            id.namespace.as_deref(),
-            id.name.as_str(),
-        );
-        if let Some(first) = seen.insert(key, manifest) {
-            return Err(RenderError::DuplicateObject {
-                id: Box::new(id.clone()),
-                first: first.origin.clone(),
-                second: manifest.origin.clone(),
-            });
-        }
-    }
-    Ok(())
-}
-
 fn json_type(value: &Value) -> &'static str {
     match value {
         Value::Null => "null",
@@ -205,7 +160,7 @@ mod tests {
     }
 
     fn render(files: &[SourceFile]) -> Result<Vec<Manifest>, RenderError> {
-        Directory.render(files)
+        super::render(files)
     }
 
     const CM: &str = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n";

@@ -1,0 +1,634 @@
+//! Render: the files Git holds under an Application's path → the objects it
+//! declares. Three methods, as Argo CD has them: a plain directory (pure,
+//! `directory`), Kustomize (`kustomize build` through `kubectl kustomize`)
+//! and Helm (`helm template`). The two external renderers run as bounded
+//! child processes (`exec`) on a copy of the repository's tree, and their
+//! output is cached per (revision, path, render options): a sweep over
+//! unchanged Applications runs neither.
+
+pub mod directory;
+pub mod exec;
+pub mod helm;
+pub mod kustomize;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use sha2::{Digest, Sha256};
+
+use crate::api::{HelmSource, Source};
+use crate::manifest::{Manifest, ObjectId, Origin};
+use crate::source::git::SourceFile;
+
+pub use exec::Limits;
+pub use helm::Capabilities;
+
+#[derive(Debug, thiserror::Error)]
+pub enum RenderError {
+    #[error("{file}: document {document}{}: {message}", line.map(|l| format!(", line {l}")).unwrap_or_default())]
+    ParseManifest {
+        file: String,
+        document: usize,
+        line: Option<usize>,
+        message: String,
+    },
+    #[error("{origin}: {message}")]
+    InvalidObject { origin: Origin, message: String },
+    #[error("{id} is declared twice: in {first} and in {second}")]
+    DuplicateObject {
+        id: Box<ObjectId>,
+        first: Origin,
+        second: Origin,
+    },
+    /// The source asks for something that cannot be rendered as written.
+    #[error("{0}")]
+    InvalidSource(String),
+    #[error("cannot run {tool} ({program}): {message}")]
+    Spawn {
+        tool: &'static str,
+        program: String,
+        message: String,
+    },
+    #[error("{tool} failed: {message}")]
+    Failed { tool: &'static str, message: String },
+    #[error("{tool} did not finish within {after:?}{}", if stderr.is_empty() { String::new() } else { format!(": {stderr}") })]
+    TimedOut {
+        tool: &'static str,
+        after: Duration,
+        stderr: String,
+    },
+    #[error("{tool} wrote more than {limit} bytes of manifests")]
+    OutputTooLarge { tool: &'static str, limit: usize },
+    #[error("failed to write the repository's files for rendering: {0}")]
+    Scratch(std::io::Error),
+    #[error("failed to read the cluster's version and API groups for helm: {0}")]
+    Capabilities(kube::Error),
+}
+
+impl RenderError {
+    /// A manifest Git holds (or a renderer wrote) is itself wrong.
+    pub fn is_manifest(&self) -> bool {
+        matches!(
+            self,
+            RenderError::ParseManifest { .. }
+                | RenderError::InvalidObject { .. }
+                | RenderError::DuplicateObject { .. }
+        )
+    }
+
+    /// Worth retrying: the next attempt may succeed without a change in Git.
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self,
+            RenderError::TimedOut { .. } | RenderError::Scratch(_) | RenderError::Capabilities(_)
+        )
+    }
+
+    pub fn reason(&self) -> &'static str {
+        match self {
+            e if e.is_manifest() => "InvalidManifest",
+            RenderError::InvalidSource(_) => "InvalidSource",
+            RenderError::Capabilities(_) => "DiscoveryFailed",
+            _ => "RenderFailed",
+        }
+    }
+}
+
+/// How an Application's path becomes objects.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Method {
+    Directory,
+    Kustomize,
+    Helm(HelmSource),
+}
+
+/// The files that make a path a Kustomization, as kustomize looks for them.
+pub const KUSTOMIZATION_FILES: [&str; 3] =
+    ["kustomization.yaml", "kustomization.yml", "Kustomization"];
+
+impl Method {
+    /// The method the source names, or the one its files call for: a
+    /// `Chart.yaml` is Helm, a kustomization is Kustomize, anything else a
+    /// plain directory (Argo CD's detection).
+    pub fn detect(
+        source: &Source,
+        path: &str,
+        files: &[SourceFile],
+    ) -> Result<Method, RenderError> {
+        let named = [
+            source.directory.is_some(),
+            source.kustomize.is_some(),
+            source.helm.is_some(),
+        ];
+        if named.iter().filter(|n| **n).count() > 1 {
+            return Err(RenderError::InvalidSource(
+                "spec.source sets more than one of directory, kustomize and helm".into(),
+            ));
+        }
+        if let Some(helm) = &source.helm {
+            return Ok(Method::Helm(helm.clone()));
+        }
+        if source.kustomize.is_some() {
+            return Ok(Method::Kustomize);
+        }
+        if source.directory.is_some() {
+            return Ok(Method::Directory);
+        }
+        let at_top = |name: &str| files.iter().any(|f| f.path == join(path, name));
+        Ok(if at_top("Chart.yaml") {
+            Method::Helm(HelmSource::default())
+        } else if KUSTOMIZATION_FILES.iter().any(|name| at_top(name)) {
+            Method::Kustomize
+        } else {
+            Method::Directory
+        })
+    }
+
+    pub fn name(&self) -> &'static str {
+        match self {
+            Method::Directory => "directory",
+            Method::Kustomize => "kustomize",
+            Method::Helm(_) => "helm",
+        }
+    }
+}
+
+/// `path` inside the repository joined with `name`; `""` is the root.
+pub fn join(path: &str, name: &str) -> String {
+    if path.is_empty() {
+        name.to_string()
+    } else {
+        format!("{path}/{name}")
+    }
+}
+
+/// Everything an external render depends on: equal jobs give equal output.
+#[derive(Debug)]
+pub struct Job<'a> {
+    pub method: &'a Method,
+    /// The repository as the Application spells it.
+    pub repo_url: &'a str,
+    /// Its bare mirror: a remote base in the same repository is read from it.
+    pub mirror: &'a Path,
+    pub commit: &'a str,
+    /// Normalized; `""` is the root.
+    pub path: &'a str,
+    /// The destination namespace (helm's release namespace).
+    pub namespace: &'a str,
+    /// The Application's name (helm's default release name).
+    pub app: &'a str,
+    /// The cluster's version and API groups (helm only).
+    pub capabilities: Option<&'a Capabilities>,
+}
+
+impl Job<'_> {
+    /// The cache key: a digest of every input but the mirror's location.
+    pub fn key(&self) -> String {
+        // Only helm's output depends on the namespace and the name (the
+        // release's); kustomize apps that share a path share its render.
+        let (helm, namespace, app) = match self.method {
+            Method::Helm(helm) => (
+                serde_json::to_string(helm).unwrap_or_default(),
+                self.namespace,
+                self.app,
+            ),
+            _ => (String::new(), "", ""),
+        };
+        let parts = [
+            self.method.name(),
+            &helm,
+            self.repo_url,
+            self.commit,
+            self.path,
+            namespace,
+            app,
+            &self
+                .capabilities
+                .map(Capabilities::fingerprint)
+                .unwrap_or_default(),
+        ];
+        let mut digest = Sha256::new();
+        for part in parts {
+            digest.update(part.len().to_le_bytes());
+            digest.update(part.as_bytes());
+        }
+        hex::encode(digest.finalize())
+    }
+}
+
+/// Where the renderers are and how far they may go. From the environment:
+/// `SETPOINT_KUBECTL` (default `kubectl`, for `kubectl kustomize`),
+/// `SETPOINT_HELM` (default `helm`), `SETPOINT_RENDER_TIMEOUT` (default 60s),
+/// `SETPOINT_RENDER_MAX_OUTPUT` (bytes, default 32 MiB).
+#[derive(Clone, Debug)]
+pub struct RenderSettings {
+    pub kubectl: PathBuf,
+    pub helm: PathBuf,
+    pub limits: Limits,
+    /// Rendered outputs kept in memory.
+    pub cache_entries: usize,
+}
+
+impl Default for RenderSettings {
+    fn default() -> Self {
+        RenderSettings {
+            kubectl: "kubectl".into(),
+            helm: "helm".into(),
+            limits: Limits {
+                timeout: Duration::from_secs(60),
+                max_output: 32 * 1024 * 1024,
+            },
+            cache_entries: 1024,
+        }
+    }
+}
+
+impl RenderSettings {
+    pub fn from_env() -> Self {
+        let mut settings = RenderSettings::default();
+        if let Some(path) = std::env::var_os("SETPOINT_KUBECTL") {
+            settings.kubectl = path.into();
+        }
+        if let Some(path) = std::env::var_os("SETPOINT_HELM") {
+            settings.helm = path.into();
+        }
+        if let Some(timeout) = std::env::var("SETPOINT_RENDER_TIMEOUT")
+            .ok()
+            .and_then(|t| crate::serve::parse_duration(&t).ok())
+        {
+            settings.limits.timeout = timeout;
+        }
+        if let Some(max) = std::env::var("SETPOINT_RENDER_MAX_OUTPUT")
+            .ok()
+            .and_then(|m| m.trim().parse().ok())
+        {
+            settings.limits.max_output = max;
+        }
+        settings
+    }
+}
+
+/// The external renderers of one process, with their output cache.
+pub struct Renderers {
+    settings: RenderSettings,
+    scratch: PathBuf,
+    cache: Mutex<Cache>,
+    runs: AtomicU64,
+    capabilities: tokio::sync::Mutex<Option<(Instant, Arc<Capabilities>)>>,
+}
+
+/// Capabilities are read again after this long (a CRD may have arrived).
+const CAPABILITIES_TTL: Duration = Duration::from_secs(60);
+
+#[derive(Default)]
+struct Cache {
+    entries: HashMap<String, (u64, Arc<Vec<Manifest>>)>,
+    clock: u64,
+}
+
+impl Renderers {
+    /// `scratch` holds the repository trees while a renderer runs.
+    pub fn new(settings: RenderSettings, scratch: PathBuf) -> Self {
+        Renderers {
+            settings,
+            scratch,
+            cache: Mutex::default(),
+            runs: AtomicU64::new(0),
+            capabilities: tokio::sync::Mutex::new(None),
+        }
+    }
+
+    pub fn settings(&self) -> &RenderSettings {
+        &self.settings
+    }
+
+    /// External renderer runs so far (cache hits are not runs).
+    pub fn runs(&self) -> u64 {
+        self.runs.load(Ordering::Relaxed)
+    }
+
+    /// The output of an earlier equal job.
+    pub fn cached(&self, key: &str) -> Option<Arc<Vec<Manifest>>> {
+        let mut cache = self.cache.lock().expect("render cache lock");
+        cache.clock += 1;
+        let now = cache.clock;
+        let (used, manifests) = cache.entries.get_mut(key)?;
+        *used = now;
+        Some(Arc::clone(manifests))
+    }
+
+    /// Runs the job's renderer on `tree` (every file of the repository at
+    /// the job's commit) and caches what it produced.
+    pub async fn render(
+        &self,
+        job: &Job<'_>,
+        key: String,
+        tree: &[SourceFile],
+    ) -> Result<Arc<Vec<Manifest>>, RenderError> {
+        std::fs::create_dir_all(&self.scratch).map_err(RenderError::Scratch)?;
+        let dir = tempfile::Builder::new()
+            .prefix("render-")
+            .tempdir_in(&self.scratch)
+            .map_err(RenderError::Scratch)?;
+        let root = dir.path().join("repo");
+        write_tree(&root, tree).map_err(RenderError::Scratch)?;
+        let home = dir.path().join("home");
+        std::fs::create_dir_all(&home).map_err(RenderError::Scratch)?;
+        self.runs.fetch_add(1, Ordering::Relaxed);
+        let started = Instant::now();
+        let manifests = match job.method {
+            Method::Directory => unreachable!("a directory is rendered in process"),
+            Method::Kustomize => kustomize::render(&self.settings, job, &root, &home).await?,
+            Method::Helm(helm) => helm::render(&self.settings, job, helm, &root, &home).await?,
+        };
+        check_unique(&manifests)?;
+        tracing::debug!(
+            method = job.method.name(),
+            path = job.path,
+            objects = manifests.len(),
+            elapsed = ?started.elapsed(),
+            "rendered"
+        );
+        let manifests = Arc::new(manifests);
+        self.insert(key, Arc::clone(&manifests));
+        Ok(manifests)
+    }
+
+    fn insert(&self, key: String, manifests: Arc<Vec<Manifest>>) {
+        let mut cache = self.cache.lock().expect("render cache lock");
+        cache.clock += 1;
+        let now = cache.clock;
+        cache.entries.insert(key, (now, manifests));
+        if cache.entries.len() > self.settings.cache_entries.max(1) {
+            // The least recently used goes.
+            if let Some(oldest) = cache
+                .entries
+                .iter()
+                .min_by_key(|(_, (used, _))| *used)
+                .map(|(key, _)| key.clone())
+            {
+                cache.entries.remove(&oldest);
+            }
+        }
+    }
+
+    /// Forgets the capabilities: the next helm render reads them again (a
+    /// reconcile just applied a CRD).
+    pub async fn invalidate_capabilities(&self) {
+        *self.capabilities.lock().await = None;
+    }
+
+    /// The target cluster's version and API groups, as helm's
+    /// `.Capabilities` should see them; read through discovery, kept a minute.
+    pub async fn capabilities(
+        &self,
+        client: &kube::Client,
+    ) -> Result<Arc<Capabilities>, RenderError> {
+        let mut cached = self.capabilities.lock().await;
+        if let Some((at, capabilities)) = cached.as_ref()
+            && at.elapsed() < CAPABILITIES_TTL
+        {
+            return Ok(Arc::clone(capabilities));
+        }
+        let capabilities = Arc::new(
+            Capabilities::discover(client)
+                .await
+                .map_err(RenderError::Capabilities)?,
+        );
+        *cached = Some((Instant::now(), Arc::clone(&capabilities)));
+        Ok(capabilities)
+    }
+}
+
+/// Writes every file under `root`, refusing paths that would leave it.
+fn write_tree(root: &Path, tree: &[SourceFile]) -> std::io::Result<()> {
+    std::fs::create_dir_all(root)?;
+    for file in tree {
+        let relative = Path::new(&file.path);
+        if relative.is_absolute()
+            || relative
+                .components()
+                .any(|c| !matches!(c, std::path::Component::Normal(_)))
+        {
+            continue;
+        }
+        let target = root.join(relative);
+        if let Some(parent) = target.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        std::fs::write(target, &file.contents)?;
+    }
+    Ok(())
+}
+
+/// Two manifests for one object: an error, whatever their versions.
+pub fn check_unique(manifests: &[Manifest]) -> Result<(), RenderError> {
+    let mut seen: HashMap<(&str, &str, Option<&str>, &str), &Manifest> = HashMap::new();
+    for manifest in manifests {
+        let id = &manifest.id;
+        let key = (
+            id.group.as_str(),
+            id.kind.as_str(),
+            id.namespace.as_deref(),
+            id.name.as_str(),
+        );
+        if let Some(first) = seen.insert(key, manifest) {
+            return Err(RenderError::DuplicateObject {
+                id: Box::new(id.clone()),
+                first: first.origin.clone(),
+                second: manifest.origin.clone(),
+            });
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(path: &str) -> SourceFile {
+        SourceFile {
+            path: path.into(),
+            contents: vec![],
+        }
+    }
+
+    fn source() -> Source {
+        Source {
+            repo_url: "/repo".into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn the_files_at_the_top_of_the_path_choose_the_method() {
+        let detect = |files: &[SourceFile]| Method::detect(&source(), "apps/web", files).unwrap();
+        assert_eq!(detect(&[file("apps/web/a.yaml")]), Method::Directory);
+        assert_eq!(
+            detect(&[file("apps/web/kustomization.yaml"), file("apps/web/a.yaml")]),
+            Method::Kustomize
+        );
+        assert_eq!(detect(&[file("apps/web/Kustomization")]), Method::Kustomize);
+        assert_eq!(
+            detect(&[
+                file("apps/web/Chart.yaml"),
+                file("apps/web/templates/a.yaml")
+            ]),
+            Method::Helm(HelmSource::default())
+        );
+        // Deeper down it is only a file.
+        assert_eq!(
+            detect(&[file("apps/web/sub/kustomization.yaml")]),
+            Method::Directory
+        );
+        let at_root = Method::detect(&source(), "", &[file("kustomization.yml")]).unwrap();
+        assert_eq!(at_root, Method::Kustomize);
+    }
+
+    #[test]
+    fn a_named_method_wins_and_two_are_an_error() {
+        let kustomization = [file("kustomization.yaml")];
+        let directory = Source {
+            directory: Some(Default::default()),
+            ..source()
+        };
+        assert_eq!(
+            Method::detect(&directory, "", &kustomization).unwrap(),
+            Method::Directory
+        );
+        let both = Source {
+            kustomize: Some(Default::default()),
+            helm: Some(Default::default()),
+            ..source()
+        };
+        let err = Method::detect(&both, "", &kustomization).unwrap_err();
+        assert_eq!(err.reason(), "InvalidSource");
+        assert!(err.to_string().contains("more than one of"), "{err}");
+    }
+
+    #[test]
+    fn the_key_changes_with_every_input() {
+        let helm = Method::Helm(HelmSource::default());
+        let capabilities = Capabilities {
+            kube_version: "v1.37.0".into(),
+            api_versions: vec!["v1".into()],
+        };
+        let base = Job {
+            method: &helm,
+            repo_url: "/repo",
+            mirror: Path::new("/cache/a"),
+            commit: "c1",
+            path: "charts/web",
+            namespace: "prod",
+            app: "web",
+            capabilities: Some(&capabilities),
+        };
+        let key = base.key();
+        // The mirror's location is not an input of the output.
+        let moved = Job {
+            mirror: Path::new("/elsewhere"),
+            ..base
+        };
+        assert_eq!(moved.key(), key);
+        let values = Method::Helm(HelmSource {
+            values: Some("replicas: 2".into()),
+            ..Default::default()
+        });
+        let other_caps = Capabilities {
+            api_versions: vec!["v1".into(), "example.com/v1".into()],
+            ..capabilities.clone()
+        };
+        for changed in [
+            Job {
+                commit: "c2",
+                ..base
+            },
+            Job {
+                path: "charts/api",
+                ..base
+            },
+            Job {
+                namespace: "staging",
+                ..base
+            },
+            Job {
+                app: "web2",
+                ..base
+            },
+            Job {
+                method: &values,
+                ..base
+            },
+            Job {
+                method: &Method::Kustomize,
+                capabilities: None,
+                ..base
+            },
+            Job {
+                capabilities: Some(&other_caps),
+                ..base
+            },
+        ] {
+            assert_ne!(changed.key(), key, "{changed:?}");
+        }
+        // A kustomization renders the same for any app and namespace.
+        let kustomize = Job {
+            method: &Method::Kustomize,
+            capabilities: None,
+            ..base
+        };
+        assert_eq!(
+            Job {
+                app: "other",
+                namespace: "other",
+                ..kustomize
+            }
+            .key(),
+            kustomize.key()
+        );
+    }
+
+    #[test]
+    fn the_tree_is_written_and_paths_that_leave_it_are_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("repo");
+        let tree = [
+            SourceFile {
+                path: "base/kustomization.yaml".into(),
+                contents: b"resources: []\n".to_vec(),
+            },
+            SourceFile {
+                path: "../outside".into(),
+                contents: b"x".to_vec(),
+            },
+        ];
+        write_tree(&root, &tree).unwrap();
+        assert_eq!(
+            std::fs::read(root.join("base/kustomization.yaml")).unwrap(),
+            b"resources: []\n"
+        );
+        assert!(!dir.path().join("outside").exists());
+    }
+
+    #[test]
+    fn the_cache_forgets_the_least_recently_used() {
+        let renderers = Renderers::new(
+            RenderSettings {
+                cache_entries: 2,
+                ..Default::default()
+            },
+            PathBuf::from("/nonexistent"),
+        );
+        renderers.insert("a".into(), Arc::default());
+        renderers.insert("b".into(), Arc::default());
+        assert!(renderers.cached("a").is_some());
+        renderers.insert("c".into(), Arc::default());
+        assert!(renderers.cached("a").is_some());
+        assert!(renderers.cached("b").is_none());
+        assert!(renderers.cached("c").is_some());
+    }
+}

@@ -12,6 +12,7 @@ use kube::runtime::events::Reporter;
 use kube::{Client, Config};
 use tower::util::MapRequestLayer;
 
+use crate::metrics::Metrics;
 use crate::reconcile::kinds::Kinds;
 use crate::source::git::{Credentials, GitSource};
 use crate::source::render::{RenderSettings, Renderers};
@@ -27,6 +28,7 @@ pub struct Inner {
     pub reporter: Reporter,
     /// Kustomize and Helm, with their output cache.
     pub renderers: Renderers,
+    pub metrics: Metrics,
     /// Git credentials for http(s) repositories whose Application names no
     /// Secret: `SETPOINT_GIT_USERNAME` and `SETPOINT_GIT_PASSWORD` (or
     /// `SETPOINT_GIT_PASSWORD_FILE`).
@@ -51,13 +53,17 @@ impl Context {
                 .ok()
                 .or_else(|| std::env::var("HOSTNAME").ok()),
         };
+        let metrics = Metrics::new();
         Ok(Self(Arc::new(Inner {
             client,
             requests,
             // Short in-process retries: the queue retries with backoff too.
-            renderers: Renderers::new(RenderSettings::from_env(), cache_dir.join("render")),
+            renderers: Renderers::new(RenderSettings::from_env(), cache_dir.join("render"))
+                .with_metrics(&metrics),
             git: GitSource::new(cache_dir)
-                .with_fetch_retry_budget(std::time::Duration::from_secs(2)),
+                .with_fetch_retry_budget(std::time::Duration::from_secs(2))
+                .with_fetch_histogram(metrics.git_fetch_seconds.clone()),
+            metrics,
             kinds: Kinds::default(),
             reporter,
             git_credentials: credentials_from_env(),

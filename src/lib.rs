@@ -11,6 +11,7 @@ pub mod context;
 pub mod event;
 pub mod ingest;
 pub mod manifest;
+pub mod metrics;
 pub mod queue;
 pub mod reconcile;
 pub mod report;

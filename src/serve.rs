@@ -15,9 +15,10 @@ use crate::context::Context;
 use crate::ingest::sweep::{self, LeaseSettings, SweepSettings};
 use crate::ingest::watch as live_watch;
 use crate::ingest::webhook::{self, WebhookSettings};
+use crate::metrics::Probes;
 use crate::queue::amqp::{AmqpQueue, AmqpSettings};
 use crate::queue::memory::MemoryQueue;
-use crate::queue::{Queue, RetryPolicy};
+use crate::queue::{Metered, Queue, RetryPolicy};
 use crate::worker::{self, WorkerSettings};
 
 /// Which parts of Setpoint this process runs.
@@ -46,6 +47,13 @@ pub struct ServeOptions {
     /// Where the webhook listens.
     #[arg(long, env = "SETPOINT_LISTEN", default_value = "0.0.0.0:8080")]
     pub listen: SocketAddr,
+    /// Where /metrics, /healthz and /readyz are served (every role).
+    #[arg(long, env = "SETPOINT_METRICS_LISTEN", default_value = "0.0.0.0:9090")]
+    pub metrics_listen: SocketAddr,
+    /// How long in-flight reconciles may finish after SIGTERM; what is left
+    /// is given back to the queue.
+    #[arg(long, env = "SETPOINT_SHUTDOWN_GRACE", default_value = "30s", value_parser = parse_duration)]
+    pub shutdown_grace: Duration,
     /// GitHub webhook secrets, comma-separated (several while rotating).
     #[arg(
         long,
@@ -141,6 +149,7 @@ pub async fn serve(options: ServeOptions, roles: Roles, cache_dir: PathBuf) -> a
         initial: options.retry_initial,
         ..Default::default()
     };
+    let mut amqp = None;
     let queue: Arc<dyn Queue> = match &options.amqp_url {
         Some(url) => {
             let queue = AmqpQueue::connect(AmqpSettings {
@@ -152,14 +161,46 @@ pub async fn serve(options: ServeOptions, roles: Roles, cache_dir: PathBuf) -> a
                 ..AmqpSettings::default()
             })
             .await;
-            if !queue.wait_ready(Duration::from_secs(30)).await {
-                tracing::warn!("RabbitMQ is not reachable yet; retrying in the background");
-            }
+            amqp = Some(queue.clone());
             Arc::new(queue)
         }
         None if roles.webhook && roles.worker => Arc::new(MemoryQueue::new(retry)),
         None => anyhow::bail!("this role needs RabbitMQ: pass --amqp-url or SETPOINT_AMQP_URL"),
     };
+    let queue: Arc<dyn Queue> = Arc::new(Metered {
+        inner: queue,
+        metrics: ctx.metrics.clone(),
+    });
+    let probes = Probes {
+        metrics: ctx.metrics.clone(),
+        queue: queue.clone(),
+        client: ctx.client.clone(),
+    };
+    let metrics_server = actix_web::HttpServer::new(move || {
+        let probes = probes.clone();
+        actix_web::App::new().configure(move |cfg| crate::metrics::configure(cfg, probes))
+    })
+    .workers(1)
+    .disable_signals()
+    .bind(options.metrics_listen)
+    .map_err(|e| {
+        anyhow::anyhow!(
+            "cannot listen on {} for metrics: {e}",
+            options.metrics_listen
+        )
+    })?;
+    for address in metrics_server.addrs() {
+        tracing::info!(listen = %address, "metrics, /healthz and /readyz");
+    }
+    let metrics_server = metrics_server.run();
+    let metrics_handle = metrics_server.handle();
+    tokio::spawn(metrics_server);
+    // /readyz says 503 meanwhile.
+    if let Some(amqp) = amqp
+        && !amqp.wait_ready(Duration::from_secs(30)).await
+    {
+        tracing::warn!("RabbitMQ is not reachable yet; retrying in the background");
+    }
 
     let (shutdown_tx, shutdown) = watch::channel(false);
     let mut tasks = tokio::task::JoinSet::new();
@@ -198,6 +239,7 @@ pub async fn serve(options: ServeOptions, roles: Roles, cache_dir: PathBuf) -> a
         let settings = WorkerSettings {
             concurrency: options.concurrency,
             record: options.record.clone(),
+            grace: options.shutdown_grace,
             ..WorkerSettings::default()
         };
         let (ctx, queue, shutdown) = (ctx.clone(), queue.clone(), shutdown.clone());
@@ -218,7 +260,8 @@ pub async fn serve(options: ServeOptions, roles: Roles, cache_dir: PathBuf) -> a
             settings,
             queue.clone(),
             Arc::new(crate::ingest::StoreIndex(store.clone())),
-        );
+        )
+        .with_metrics(ctx.metrics.clone());
         let server = actix_web::HttpServer::new(move || {
             let state = state.clone();
             actix_web::App::new()
@@ -251,6 +294,8 @@ pub async fn serve(options: ServeOptions, roles: Roles, cache_dir: PathBuf) -> a
     if let Some(worker) = worker_task {
         let _ = worker.await;
     }
+    metrics_handle.stop(true).await;
+    tracing::info!("stopped");
     Ok(())
 }
 

@@ -211,8 +211,31 @@ async fn reconcile_once(shared: &Shared, app: &AppKey, batch: &Slot) -> Settled 
         known_commit: batch.revision.clone(),
     };
     shared.record_line("start", app);
+    let started = std::time::Instant::now();
     let result = reconcile::reconcile(&shared.ctx, &application, &request).await;
     shared.record_line("end", app);
+    let metrics = &shared.ctx.metrics;
+    let took = started.elapsed();
+    match &result {
+        Ok(outcome) => {
+            let status = &outcome.status;
+            let label = match status.sync.status {
+                crate::api::Sync::Synced => "synced",
+                _ => "out_of_sync",
+            };
+            metrics.reconciled(&app.namespace, &app.name, label, took);
+            metrics.app_status(
+                &app.namespace,
+                &app.name,
+                status.sync.status,
+                status.health.status,
+            );
+        }
+        Err(error) if error.is_transient() => {
+            metrics.reconciled(&app.namespace, &app.name, "retry", took);
+        }
+        Err(_) => metrics.reconciled(&app.namespace, &app.name, "failed", took),
+    }
     match result {
         Ok(outcome) => {
             tracing::info!(

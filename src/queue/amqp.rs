@@ -58,6 +58,7 @@ use lapin::{
 };
 use tokio::sync::{Mutex, Notify, mpsc, watch};
 
+pub use super::QueueDepth;
 use super::{Acker, Delivery, Queue, QueueError, RetryPolicy};
 use crate::event::Event;
 
@@ -169,16 +170,6 @@ fn redacted(url: &str) -> String {
         Some((user, _)) => format!("{scheme}://{user}:***@{host}"),
         None => url.to_string(),
     }
-}
-
-/// Messages waiting in the queues, for tests and metrics.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct QueueDepth {
-    /// Ready (not delivered, or given back) in the shard queues plus those
-    /// waiting out a retry delay.
-    pub ready: u32,
-    /// In the parking queue.
-    pub parked: u32,
 }
 
 /// A handle on the broker; clones share one connection.
@@ -456,6 +447,10 @@ impl Queue for AmqpQueue {
             .borrow()
             .as_ref()
             .is_some_and(Link::usable)
+    }
+
+    async fn depth(&self) -> Option<QueueDepth> {
+        AmqpQueue::depth(self).await.ok()
     }
 }
 

@@ -129,6 +129,52 @@ pub trait Queue: Send + Sync {
     async fn consume(&self, prefetch: u16) -> Result<mpsc::Receiver<Delivery>, QueueError>;
     /// Whether the queue can take a publish right now (for /readyz).
     fn is_ready(&self) -> bool;
+    /// Messages waiting, for metrics; `None` when the queue cannot tell.
+    async fn depth(&self) -> Option<QueueDepth> {
+        None
+    }
+}
+
+/// Messages waiting in a queue, for tests and metrics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QueueDepth {
+    /// Ready (not delivered, or given back) plus those waiting out a retry
+    /// delay.
+    pub ready: u32,
+    /// Parked after their last attempt failed.
+    pub parked: u32,
+}
+
+/// A queue whose publishes are timed into the metrics.
+pub struct Metered {
+    pub inner: std::sync::Arc<dyn Queue>,
+    pub metrics: crate::metrics::Metrics,
+}
+
+#[async_trait]
+impl Queue for Metered {
+    async fn publish(&self, event: &Event) -> Result<(), QueueError> {
+        let started = std::time::Instant::now();
+        let result = self.inner.publish(event).await;
+        if result.is_ok() {
+            self.metrics
+                .publish_seconds
+                .observe(started.elapsed().as_secs_f64());
+        }
+        result
+    }
+
+    async fn consume(&self, prefetch: u16) -> Result<mpsc::Receiver<Delivery>, QueueError> {
+        self.inner.consume(prefetch).await
+    }
+
+    fn is_ready(&self) -> bool {
+        self.inner.is_ready()
+    }
+
+    async fn depth(&self) -> Option<QueueDepth> {
+        self.inner.depth().await
+    }
 }
 
 #[cfg(test)]

@@ -376,6 +376,7 @@ async fn sync(
     });
     let status_written = write_status(ctx, app, &new_status).await?;
 
+    count_drift_corrections(ctx, &plan, &applied);
     report_events(
         events,
         &plan,
@@ -426,6 +427,28 @@ fn skipped_message(step: &plan::Step, prune_blocked: Option<&str>) -> String {
             .unwrap_or("not in Git; pruning is off")
             .to_string(),
         Action::Unchanged => String::new(),
+    }
+}
+
+/// Drift set back, by kind, for the metrics.
+fn count_drift_corrections(ctx: &Context, plan: &Plan, applied: &[apply::Applied]) {
+    for step in &plan.steps {
+        let corrected = matches!(
+            step.action,
+            Action::Update {
+                cause: Cause::Drift,
+                ..
+            } | Action::Create { deleted_live: true }
+        );
+        if corrected && applied.iter().any(|a| a.id == step.id) {
+            ctx.metrics
+                .drift_corrections
+                .get_or_create(&crate::metrics::KindLabels {
+                    group: step.id.group.clone(),
+                    kind: step.id.kind.clone(),
+                })
+                .inc();
+        }
     }
 }
 

@@ -213,6 +213,8 @@ struct Shared {
     mirrors_dir: PathBuf,
     mirrors: Mutex<HashMap<String, Arc<Mirror>>>,
     fetches: AtomicU64,
+    /// Each successful logical fetch's duration, for the metrics.
+    fetch_seconds: Option<prometheus_client::metrics::histogram::Histogram>,
 }
 
 impl fmt::Debug for GitSource {
@@ -233,6 +235,7 @@ impl GitSource {
                 mirrors_dir: cache_dir.join("mirrors"),
                 mirrors: Mutex::new(HashMap::new()),
                 fetches: AtomicU64::new(0),
+                fetch_seconds: None,
             }),
             settings: Settings {
                 fetch_timeout: FETCH_TIMEOUT,
@@ -258,6 +261,17 @@ impl GitSource {
     /// means a single attempt.
     pub fn with_fetch_retry_budget(mut self, budget: Duration) -> Self {
         self.settings.fetch_retry_budget = budget;
+        self
+    }
+
+    /// Observes each fetch's duration into `histogram`.
+    pub fn with_fetch_histogram(
+        mut self,
+        histogram: prometheus_client::metrics::histogram::Histogram,
+    ) -> Self {
+        if let Some(shared) = Arc::get_mut(&mut self.shared) {
+            shared.fetch_seconds = Some(histogram);
+        }
         self
     }
 
@@ -365,6 +379,9 @@ impl GitSource {
         mirror
             .fetches_completed
             .fetch_max(generation, Ordering::SeqCst);
+        if let Some(histogram) = &self.shared.fetch_seconds {
+            histogram.observe(started.elapsed().as_secs_f64());
+        }
         info!(url = %git.remote.display_url, elapsed = ?started.elapsed(), "fetched");
         Ok(())
     }

@@ -85,7 +85,9 @@ EOF
 step "Application $ns/web created"
 
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-SETPOINT_LOG=info "$SETPOINT" run --listen "127.0.0.1:$port" --amqp-url "$amqp" --amqp-prefix "$prefix" \
+metrics_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+SETPOINT_LOG=info "$SETPOINT" run --listen "127.0.0.1:$port" --metrics-listen "127.0.0.1:$metrics_port" \
+  --amqp-url "$amqp" --amqp-prefix "$prefix" \
   --github-secret "$secret" --cache-dir "$work/cache" --sweep-interval 10m >"$work/setpoint.log" 2>&1 &
 setpoint_pid=$!
 trap 'kill $setpoint_pid 2>/dev/null || true' EXIT
@@ -118,3 +120,7 @@ echo
 echo "[demo] Events on the Application:"
 k -n $ns get events --field-selector involvedObject.kind=Application \
   -o custom-columns=REASON:.reason,MESSAGE:.message --sort-by=.metadata.creationTimestamp
+echo
+echo "[demo] From /metrics:"
+curl -sf "http://127.0.0.1:$metrics_port/metrics" |
+  grep -E '^setpoint_(drift_corrections_total|webhook_requests_total\{provider="github",outcome="accepted"\}|app_sync_status.*status="Synced"|reconciles_total)' || true

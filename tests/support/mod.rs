@@ -3,7 +3,7 @@
 //! own, a fresh Git repository, and `wait_for`.
 //!
 //! Each test binary uses a different part of this module.
-#![allow(dead_code)]
+#![allow(dead_code, unused_imports)]
 
 pub mod app;
 pub mod git;

@@ -43,6 +43,8 @@ impl Setpoint {
             .env("KUBECONFIG", kubeconfig_path())
             .env("SETPOINT_CACHE_DIR", cache)
             .env("SETPOINT_LOG", "info,setpoint=debug")
+            // Tests run side by side: any free port unless a test names one.
+            .env("SETPOINT_METRICS_LISTEN", "127.0.0.1:0")
             .envs(env.iter().copied())
             .stdout(out.try_clone().unwrap())
             .stderr(out)

@@ -205,6 +205,7 @@ struct Inner {
     apps: Arc<dyn AppIndex>,
     deliveries: Mutex<Deliveries>,
     counters: [[AtomicU64; Outcome::ALL.len()]; Provider::ALL.len()],
+    metrics: Option<crate::metrics::Metrics>,
 }
 
 impl fmt::Debug for WebhookState {
@@ -224,7 +225,17 @@ impl WebhookState {
             apps,
             deliveries: Mutex::new(deliveries),
             counters: Default::default(),
+            metrics: None,
         }))
+    }
+
+    /// Counts every delivery's outcome into `metrics` too. Call before
+    /// cloning the state.
+    pub fn with_metrics(mut self, metrics: crate::metrics::Metrics) -> Self {
+        if let Some(inner) = Arc::get_mut(&mut self.0) {
+            inner.metrics = Some(metrics);
+        }
+        self
     }
 
     pub fn settings(&self) -> &WebhookSettings {
@@ -259,6 +270,15 @@ impl WebhookState {
             Err(err) => err.outcome(),
         };
         self.0.counters[provider as usize][outcome as usize].fetch_add(1, Ordering::Relaxed);
+        if let Some(metrics) = &self.0.metrics {
+            metrics
+                .webhooks
+                .get_or_create(&crate::metrics::WebhookLabels {
+                    provider: provider.as_str().to_string(),
+                    outcome: outcome.as_str().to_string(),
+                })
+                .inc();
+        }
         match result {
             Ok(reply) => Ok(reply.into_response()),
             Err(err) => {

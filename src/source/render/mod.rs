@@ -277,6 +277,13 @@ pub struct Renderers {
     scratch: PathBuf,
     cache: Mutex<Cache>,
     runs: AtomicU64,
+    /// Counted into the metrics too, when set.
+    runs_counter: Option<
+        prometheus_client::metrics::family::Family<
+            crate::metrics::RenderLabels,
+            prometheus_client::metrics::counter::Counter,
+        >,
+    >,
     capabilities: tokio::sync::Mutex<Option<(Instant, Arc<Capabilities>)>>,
 }
 
@@ -297,8 +304,15 @@ impl Renderers {
             scratch,
             cache: Mutex::default(),
             runs: AtomicU64::new(0),
+            runs_counter: None,
             capabilities: tokio::sync::Mutex::new(None),
         }
+    }
+
+    /// Counts every renderer run into `metrics` as well.
+    pub fn with_metrics(mut self, metrics: &crate::metrics::Metrics) -> Self {
+        self.runs_counter = Some(metrics.render_runs.clone());
+        self
     }
 
     pub fn settings(&self) -> &RenderSettings {
@@ -338,6 +352,13 @@ impl Renderers {
         let home = dir.path().join("home");
         std::fs::create_dir_all(&home).map_err(RenderError::Scratch)?;
         self.runs.fetch_add(1, Ordering::Relaxed);
+        if let Some(counter) = &self.runs_counter {
+            counter
+                .get_or_create(&crate::metrics::RenderLabels {
+                    method: job.method.name().to_string(),
+                })
+                .inc();
+        }
         let started = Instant::now();
         let manifests = match job.method {
             Method::Directory => unreachable!("a directory is rendered in process"),

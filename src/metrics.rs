@@ -1,0 +1,366 @@
+//! Metrics in Prometheus' text format, and the probe endpoints, served on
+//! `--metrics-listen` by every long-running role:
+//!
+//! - `GET /metrics`: the metrics below;
+//! - `GET /healthz`: 200 while the process runs (liveness);
+//! - `GET /readyz`: 200 only when the broker and the API server answer
+//!   (readiness), else 503 with what is not reachable.
+//!
+//! Metric names follow Prometheus' conventions (`_total`, `_seconds`), as
+//! Argo CD's and Flux's controllers do.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix_web::{HttpResponse, web};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+use crate::api::{Health, Sync};
+use crate::queue::Queue;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WebhookLabels {
+    pub provider: String,
+    pub outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReconcileLabels {
+    pub namespace: String,
+    pub app: String,
+    /// `synced`, `out_of_sync`, `retry` (a transient error) or `failed`.
+    pub outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabels {
+    pub group: String,
+    pub kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AppStatusLabels {
+    pub namespace: String,
+    pub app: String,
+    pub status: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AppLabels {
+    pub namespace: String,
+    pub app: String,
+}
+
+type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
+
+/// Every metric of a process; cheap to clone (the metrics are shared).
+#[derive(Clone)]
+pub struct Metrics(Arc<Inner>);
+
+pub struct Inner {
+    registry: Registry,
+    pub webhooks: Family<WebhookLabels, Counter>,
+    pub publish_seconds: Histogram,
+    pub messages_ready: Gauge,
+    pub messages_parked: Gauge,
+    pub reconcile_seconds: HistogramFamily<AppLabels>,
+    pub reconciles: Family<ReconcileLabels, Counter>,
+    pub drift_corrections: Family<KindLabels, Counter>,
+    pub app_sync: Family<AppStatusLabels, Gauge>,
+    pub app_health: Family<AppStatusLabels, Gauge>,
+    pub git_fetch_seconds: Histogram,
+    pub render_runs: Family<RenderLabels, Counter>,
+    pub commit_status_failures: Counter,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RenderLabels {
+    /// `kustomize` or `helm`.
+    pub method: String,
+}
+
+impl std::ops::Deref for Metrics {
+    type Target = Inner;
+    fn deref(&self) -> &Inner {
+        &self.0
+    }
+}
+
+fn seconds_buckets() -> Histogram {
+    // 5 ms to about 82 s.
+    Histogram::new(exponential_buckets(0.005, 2.0, 15))
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("setpoint");
+        let webhooks = Family::<WebhookLabels, Counter>::default();
+        registry.register(
+            "webhook_requests",
+            "Webhook deliveries by provider and outcome",
+            webhooks.clone(),
+        );
+        let publish_seconds = seconds_buckets();
+        registry.register(
+            "queue_publish_duration_seconds",
+            "Time until the queue confirmed a published event",
+            publish_seconds.clone(),
+        );
+        let messages_ready = Gauge::default();
+        registry.register(
+            "queue_messages_ready",
+            "Events waiting in the queue (shards and retry delays), read at scrape time",
+            messages_ready.clone(),
+        );
+        let messages_parked = Gauge::default();
+        registry.register(
+            "queue_messages_parked",
+            "Events parked after their last attempt failed",
+            messages_parked.clone(),
+        );
+        let reconcile_seconds: HistogramFamily<AppLabels> =
+            Family::new_with_constructor(seconds_buckets);
+        registry.register(
+            "reconcile_duration_seconds",
+            "Duration of one reconcile, per Application",
+            reconcile_seconds.clone(),
+        );
+        let reconciles = Family::<ReconcileLabels, Counter>::default();
+        registry.register(
+            "reconciles",
+            "Reconciles per Application and outcome (synced, out_of_sync, retry, failed)",
+            reconciles.clone(),
+        );
+        let drift_corrections = Family::<KindLabels, Counter>::default();
+        registry.register(
+            "drift_corrections",
+            "Live objects set back to what Git holds, by kind",
+            drift_corrections.clone(),
+        );
+        let app_sync = Family::<AppStatusLabels, Gauge>::default();
+        registry.register(
+            "app_sync_status",
+            "1 for the Application's sync status (Synced, OutOfSync, Unknown), 0 for the others",
+            app_sync.clone(),
+        );
+        let app_health = Family::<AppStatusLabels, Gauge>::default();
+        registry.register(
+            "app_health_status",
+            "1 for the Application's health status, 0 for the others",
+            app_health.clone(),
+        );
+        let git_fetch_seconds = seconds_buckets();
+        registry.register(
+            "git_fetch_duration_seconds",
+            "Duration of one git fetch of a mirror",
+            git_fetch_seconds.clone(),
+        );
+        let render_runs = Family::<RenderLabels, Counter>::default();
+        registry.register(
+            "render_runs",
+            "Runs of an external renderer (cache misses)",
+            render_runs.clone(),
+        );
+        let commit_status_failures = Counter::default();
+        registry.register(
+            "github_commit_status_failures",
+            "Commit statuses that could not be posted after their retries",
+            commit_status_failures.clone(),
+        );
+        Metrics(Arc::new(Inner {
+            registry,
+            webhooks,
+            publish_seconds,
+            messages_ready,
+            messages_parked,
+            reconcile_seconds,
+            reconciles,
+            drift_corrections,
+            app_sync,
+            app_health,
+            git_fetch_seconds,
+            render_runs,
+            commit_status_failures,
+        }))
+    }
+
+    /// The text exposition of every metric.
+    pub fn encode(&self) -> String {
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &self.registry)
+            .expect("writing to a String cannot fail");
+        text
+    }
+
+    /// Records the sync and health an Application ended a reconcile with.
+    pub fn app_status(&self, namespace: &str, app: &str, sync: Sync, health: Health) {
+        let labels = |status: &str| AppStatusLabels {
+            namespace: namespace.to_string(),
+            app: app.to_string(),
+            status: status.to_string(),
+        };
+        for candidate in [Sync::Synced, Sync::OutOfSync, Sync::Unknown] {
+            let value = i64::from(candidate == sync);
+            self.app_sync
+                .get_or_create(&labels(sync_name(candidate)))
+                .set(value);
+        }
+        for candidate in [
+            Health::Healthy,
+            Health::Progressing,
+            Health::Degraded,
+            Health::Missing,
+            Health::Unknown,
+        ] {
+            let value = i64::from(candidate == health);
+            self.app_health
+                .get_or_create(&labels(health_name(candidate)))
+                .set(value);
+        }
+    }
+
+    /// One reconcile's duration and outcome.
+    pub fn reconciled(&self, namespace: &str, app: &str, outcome: &str, took: Duration) {
+        let app_labels = AppLabels {
+            namespace: namespace.to_string(),
+            app: app.to_string(),
+        };
+        self.reconcile_seconds
+            .get_or_create(&app_labels)
+            .observe(took.as_secs_f64());
+        self.reconciles
+            .get_or_create(&ReconcileLabels {
+                namespace: namespace.to_string(),
+                app: app.to_string(),
+                outcome: outcome.to_string(),
+            })
+            .inc();
+    }
+}
+
+fn sync_name(sync: Sync) -> &'static str {
+    match sync {
+        Sync::Synced => "Synced",
+        Sync::OutOfSync => "OutOfSync",
+        Sync::Unknown => "Unknown",
+    }
+}
+
+fn health_name(health: Health) -> &'static str {
+    match health {
+        Health::Healthy => "Healthy",
+        Health::Progressing => "Progressing",
+        Health::Degraded => "Degraded",
+        Health::Missing => "Missing",
+        Health::Unknown => "Unknown",
+    }
+}
+
+/// What `/metrics` and `/readyz` look at.
+#[derive(Clone)]
+pub struct Probes {
+    pub metrics: Metrics,
+    pub queue: Arc<dyn Queue>,
+    pub client: kube::Client,
+}
+
+/// How long `/readyz` waits for the API server.
+const READY_TIMEOUT: Duration = Duration::from_secs(2);
+
+impl Probes {
+    /// `Ok` when the broker and the API server answer; else what does not.
+    pub async fn ready(&self) -> Result<(), String> {
+        let mut missing = Vec::new();
+        if !self.queue.is_ready() {
+            missing.push("the queue's broker is not connected".to_string());
+        }
+        match tokio::time::timeout(READY_TIMEOUT, self.client.apiserver_version()).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(error)) => missing.push(format!("the API server: {error}")),
+            Err(_) => missing.push(format!(
+                "the API server did not answer within {READY_TIMEOUT:?}"
+            )),
+        }
+        if missing.is_empty() {
+            Ok(())
+        } else {
+            Err(missing.join("; "))
+        }
+    }
+}
+
+/// Mounts `/metrics`, `/healthz` and `/readyz`.
+pub fn configure(cfg: &mut web::ServiceConfig, probes: Probes) {
+    cfg.app_data(web::Data::new(probes))
+        .route("/metrics", web::get().to(metrics))
+        .route("/healthz", web::get().to(|| async { "ok" }))
+        .route("/readyz", web::get().to(readyz));
+}
+
+async fn metrics(probes: web::Data<Probes>) -> HttpResponse {
+    if let Ok(Some(depth)) = tokio::time::timeout(READY_TIMEOUT, probes.queue.depth()).await {
+        probes.metrics.messages_ready.set(i64::from(depth.ready));
+        probes.metrics.messages_parked.set(i64::from(depth.parked));
+    }
+    HttpResponse::Ok()
+        .content_type("text/plain; version=0.0.4; charset=utf-8")
+        .body(probes.metrics.encode())
+}
+
+async fn readyz(probes: web::Data<Probes>) -> HttpResponse {
+    match probes.ready().await {
+        Ok(()) => HttpResponse::Ok().body("ok"),
+        Err(why) => HttpResponse::ServiceUnavailable().body(format!("not ready: {why}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metrics_are_exposed_with_their_labels() {
+        let metrics = Metrics::new();
+        metrics
+            .webhooks
+            .get_or_create(&WebhookLabels {
+                provider: "github".into(),
+                outcome: "accepted".into(),
+            })
+            .inc();
+        metrics.reconciled("team-a", "web", "synced", Duration::from_millis(30));
+        metrics.app_status("team-a", "web", Sync::OutOfSync, Health::Healthy);
+        metrics
+            .drift_corrections
+            .get_or_create(&KindLabels {
+                group: "apps".into(),
+                kind: "Deployment".into(),
+            })
+            .inc();
+        let text = metrics.encode();
+        for line in [
+            r#"setpoint_webhook_requests_total{provider="github",outcome="accepted"} 1"#,
+            r#"setpoint_reconciles_total{namespace="team-a",app="web",outcome="synced"} 1"#,
+            r#"setpoint_reconcile_duration_seconds_count{namespace="team-a",app="web"} 1"#,
+            r#"setpoint_app_sync_status{namespace="team-a",app="web",status="OutOfSync"} 1"#,
+            r#"setpoint_app_sync_status{namespace="team-a",app="web",status="Synced"} 0"#,
+            r#"setpoint_app_health_status{namespace="team-a",app="web",status="Healthy"} 1"#,
+            r#"setpoint_drift_corrections_total{group="apps",kind="Deployment"} 1"#,
+            "# TYPE setpoint_git_fetch_duration_seconds histogram",
+            "# TYPE setpoint_queue_messages_ready gauge",
+        ] {
+            assert!(text.contains(line), "missing {line} in\n{text}");
+        }
+    }
+}

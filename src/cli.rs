@@ -21,6 +21,10 @@ pub struct Cli {
     /// Where Git mirrors are kept.
     #[arg(long, global = true, env = "SETPOINT_CACHE_DIR", default_value_os_t = default_cache_dir())]
     pub cache_dir: PathBuf,
+    /// A configuration file (see config/setpoint.yaml); the environment and
+    /// flags override it.
+    #[arg(long, global = true, env = "SETPOINT_CONFIG")]
+    pub config: Option<PathBuf>,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -40,6 +44,9 @@ pub enum Command {
     Sweep(#[command(flatten)] ServeOptions),
     /// Print the Application CustomResourceDefinition as YAML.
     Crd,
+    /// Configuration files.
+    #[command(subcommand)]
+    Config(ConfigCommand),
     /// Reconcile one Application once; print the plan and the outcome.
     Reconcile {
         /// NAMESPACE/NAME
@@ -55,12 +62,44 @@ pub enum Command {
     },
 }
 
+#[derive(Subcommand, Debug)]
+pub enum ConfigCommand {
+    /// Validate a configuration file; each error is explained with its key.
+    Check { file: PathBuf },
+}
+
 pub fn default_cache_dir() -> PathBuf {
     std::env::var_os("XDG_CACHE_HOME")
         .map(PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
         .unwrap_or_else(std::env::temp_dir)
         .join("setpoint")
+}
+
+fn check_config(file: &std::path::Path) -> i32 {
+    let text = match std::fs::read_to_string(file) {
+        Ok(text) => text,
+        Err(e) => {
+            eprintln!("{}: cannot read: {e}", file.display());
+            return 2;
+        }
+    };
+    match crate::config::parse(&text) {
+        Ok(settings) => {
+            println!(
+                "{}: valid ({} settings set)",
+                file.display(),
+                settings.len()
+            );
+            0
+        }
+        Err(errors) => {
+            for error in &errors {
+                eprintln!("{}: {error}", file.display());
+            }
+            1
+        }
+    }
 }
 
 /// Runs the command; returns the process exit code.
@@ -98,6 +137,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
             print!("{}", crd_yaml());
             Ok(0)
         }
+        Command::Config(ConfigCommand::Check { file }) => Ok(check_config(&file)),
         Command::Reconcile { app, sync } => {
             let (ctx, application) = load(&cli.cache_dir, &app).await?;
             let request = Request {

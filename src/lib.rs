@@ -7,6 +7,7 @@
 
 pub mod api;
 pub mod cli;
+pub mod config;
 pub mod context;
 pub mod event;
 pub mod ingest;

@@ -1,16 +1,48 @@
 //! `setpoint`: one binary, roles as subcommands (see `setpoint --help`).
 
 use clap::Parser;
-use setpoint::cli::{Cli, run};
+use setpoint::cli::{Cli, Command, run};
 use tracing_subscriber::EnvFilter;
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(EnvFilter::try_from_env("SETPOINT_LOG").unwrap_or_else(|_| "warn".into()))
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
-    let code = run(Cli::parse()).await?;
+fn main() -> anyhow::Result<()> {
+    let mut cli = Cli::parse();
+    // The file fills in the environment before anything else reads it, and
+    // before any thread exists; then the flags are read again over it.
+    if let Some(file) = cli.config.clone()
+        && !matches!(cli.command, Command::Config(_))
+    {
+        // SAFETY: no other thread runs yet (the runtime starts below).
+        if let Err(error) = unsafe { setpoint::config::apply_file(&file) } {
+            eprintln!("error: {error}");
+            std::process::exit(2);
+        }
+        cli = Cli::parse();
+    }
+    init_logging();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let code = runtime.block_on(run(cli))?;
     std::process::exit(code);
+}
+
+/// `SETPOINT_LOG` is the filter (default `warn`); `SETPOINT_LOG_FORMAT=json`
+/// writes one JSON object per line, with the spans (Application, event,
+/// delivery) on each.
+fn init_logging() {
+    let filter = EnvFilter::try_from_env("SETPOINT_LOG").unwrap_or_else(|_| "warn".into());
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if std::env::var("SETPOINT_LOG_FORMAT").is_ok_and(|f| f == "json") {
+        builder
+            .json()
+            .with_current_span(true)
+            .with_span_list(true)
+            .init();
+    } else {
+        builder
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .init();
+    }
 }

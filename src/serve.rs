@@ -35,6 +35,9 @@ pub struct ServeOptions {
     /// RabbitMQ; without it `run` uses the in-process queue.
     #[arg(long, env = "SETPOINT_AMQP_URL", hide_env_values = true)]
     pub amqp_url: Option<String>,
+    /// A file holding the RabbitMQ URL (it carries a password).
+    #[arg(long, env = "SETPOINT_AMQP_URL_FILE", conflicts_with = "amqp_url")]
+    pub amqp_url_file: Option<PathBuf>,
     /// Prefix of the exchanges and queues on RabbitMQ.
     #[arg(long, env = "SETPOINT_AMQP_PREFIX", default_value = "setpoint")]
     pub amqp_prefix: String,
@@ -62,8 +65,8 @@ pub struct ServeOptions {
         value_delimiter = ','
     )]
     pub github_secret: Vec<String>,
-    /// A file holding a GitHub webhook secret (repeatable).
-    #[arg(long)]
+    /// A file holding a GitHub webhook secret (repeatable, or comma-separated).
+    #[arg(long, env = "SETPOINT_GITHUB_SECRET_FILES", value_delimiter = ',')]
     pub github_secret_file: Vec<PathBuf>,
     /// GitLab webhook tokens, comma-separated.
     #[arg(
@@ -73,8 +76,8 @@ pub struct ServeOptions {
         value_delimiter = ','
     )]
     pub gitlab_token: Vec<String>,
-    /// A file holding a GitLab webhook token (repeatable).
-    #[arg(long)]
+    /// A file holding a GitLab webhook token (repeatable, or comma-separated).
+    #[arg(long, env = "SETPOINT_GITLAB_TOKEN_FILES", value_delimiter = ',')]
     pub gitlab_token_file: Vec<PathBuf>,
     /// Largest webhook body accepted, in bytes (GitHub's own cap is 25 MiB).
     #[arg(long, env = "SETPOINT_WEBHOOK_BODY_LIMIT", default_value_t = 25 * 1024 * 1024)]
@@ -150,7 +153,19 @@ pub async fn serve(options: ServeOptions, roles: Roles, cache_dir: PathBuf) -> a
         ..Default::default()
     };
     let mut amqp = None;
-    let queue: Arc<dyn Queue> = match &options.amqp_url {
+    let amqp_url = match (&options.amqp_url, &options.amqp_url_file) {
+        (Some(url), _) => Some(url.clone()),
+        (None, Some(file)) => Some(
+            std::fs::read_to_string(file)
+                .map_err(|e| {
+                    anyhow::anyhow!("cannot read the AMQP URL file {}: {e}", file.display())
+                })?
+                .trim()
+                .to_string(),
+        ),
+        (None, None) => None,
+    };
+    let queue: Arc<dyn Queue> = match &amqp_url {
         Some(url) => {
             let queue = AmqpQueue::connect(AmqpSettings {
                 url: url.clone(),

@@ -196,8 +196,25 @@ async fn reconcile_once(shared: &Shared, app: &AppKey, batch: &Slot) -> Settled 
         .first()
         .map(|d| d.event.id.clone())
         .unwrap_or_default();
-    let span = tracing::info_span!("reconcile", app = %app, event = %event_id);
-    let _enter = span.enter();
+    let delivery = batch
+        .waiting
+        .iter()
+        .find_map(|d| match &d.event.cause {
+            Cause::Webhook { delivery, .. } => Some(delivery.clone()),
+            _ => None,
+        })
+        .unwrap_or_default();
+    let cause = batch
+        .waiting
+        .first()
+        .map(|d| d.event.cause.kind())
+        .unwrap_or_default();
+    let span = tracing::info_span!("reconcile", app = %app, event = %event_id, cause, delivery = %delivery);
+    // Instrumented, not entered: the span must follow the future across awaits.
+    tracing::Instrument::instrument(reconcile_in_span(shared, app, batch), span).await
+}
+
+async fn reconcile_in_span(shared: &Shared, app: &AppKey, batch: &Slot) -> Settled {
     let api: Api<Application> = Api::namespaced(shared.ctx.client.clone(), &app.namespace);
     let application = match api.get_opt(&app.name).await {
         Ok(Some(application)) => application,

@@ -12,6 +12,10 @@ use support::process::{Setpoint, free_port, github_push, post, post_github};
 use support::{GitRepo, TestNamespace, wait_for};
 
 const DEADLINE: Duration = Duration::from_secs(60);
+
+/// `setpoint run` watches every namespace: two at once would each correct
+/// the other's drift, so the tests that start one take turns.
+static ONE_RUN_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 const SECRET: &str = "operations-secret";
 
 fn deployment(name: &str, replicas: u32) -> String {
@@ -53,6 +57,7 @@ fn scrape(port: u16) -> Result<String, String> {
 
 #[tokio::test]
 async fn metrics_follow_a_push_a_sync_and_a_drift_correction() {
+    let _turn = ONE_RUN_AT_A_TIME.lock().await;
     let ns = TestNamespace::new("metrics").await;
     install_crd(&ns.client).await;
     let cache = tempfile::tempdir().unwrap();
@@ -196,5 +201,181 @@ async fn readyz_fails_while_the_broker_is_unreachable_and_healthz_does_not() {
     assert!(
         metrics.contains("# TYPE setpoint_queue_messages_ready gauge"),
         "{metrics}"
+    );
+}
+
+fn setpoint_command(args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_setpoint"))
+        .args(args)
+        .output()
+        .expect("run setpoint")
+}
+
+#[test]
+fn config_check_accepts_the_documented_file_and_explains_each_error() {
+    let documented = concat!(env!("CARGO_MANIFEST_DIR"), "/config/setpoint.yaml");
+    let out = setpoint_command(&["config", "check", documented]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.yaml");
+    std::fs::write(
+        &bad,
+        "queue:\n  shards: many\n  amqpURL: amqp://admin:hunter2@rabbit/\nworker:\n  concurrncy: 4\n",
+    )
+    .unwrap();
+    let out = setpoint_command(&["config", "check", bad.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 3, "{stderr}");
+    assert!(
+        lines[0].ends_with("queue.shards: expected a whole number, found \"many\""),
+        "{stderr}"
+    );
+    assert!(
+        lines[1].contains("queue.amqpURL: secrets do not belong"),
+        "{stderr}"
+    );
+    assert!(
+        lines[2].ends_with("worker.concurrncy: unknown setting (did you mean worker.concurrency?)"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("hunter2"), "{stderr}");
+
+    // A role refuses to start on it, with the same explanations.
+    let out = setpoint_command(&["--config", bad.to_str().unwrap(), "worker"]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("worker.concurrncy: unknown setting"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("hunter2"), "{stderr}");
+}
+
+#[tokio::test]
+async fn the_file_configures_a_role_the_environment_and_flags_override_it_and_logs_follow_one_delivery()
+ {
+    let _turn = ONE_RUN_AT_A_TIME.lock().await;
+    let ns = TestNamespace::new("config").await;
+    install_crd(&ns.client).await;
+    let cache = tempfile::tempdir().unwrap();
+    let repo = GitRepo::new();
+    let commit = repo
+        .write("apps/web/deploy.yaml", &deployment("web", 1))
+        .commit("web");
+    create_app(&ns, "web", &repo.url(), "apps/web", automated(true, true)).await;
+
+    let (webhook_port, file_metrics, env_metrics) = (free_port(), free_port(), free_port());
+    let secret_file = cache.path().join("github-secret");
+    std::fs::write(&secret_file, format!("{SECRET}\n")).unwrap();
+    let config = cache.path().join("setpoint.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "log:\n  level: info\n  format: json\nwebhook:\n  listen: 127.0.0.1:{webhook_port}\n  githubSecretFiles: [{}]\nmetrics:\n  listen: 127.0.0.1:{file_metrics}\nsweep:\n  interval: 1h\n",
+            secret_file.display()
+        ),
+    )
+    .unwrap();
+    let config = config.to_str().unwrap();
+    let unset = ["SETPOINT_LOG", "SETPOINT_METRICS_LISTEN", "SETPOINT_LISTEN"];
+
+    // The file alone: its ports, its secret, JSON logs.
+    let mut setpoint =
+        Setpoint::spawn_without(&["--config", config, "run"], &[], &unset, cache.path());
+    setpoint.port = Some(webhook_port);
+    setpoint.wait_http().await;
+    assert_eq!(post(file_metrics, "/healthz", &[], "", "GET").0, 200);
+    // The Application's creation syncs it; then a push changes it.
+    wait_for("web synced", DEADLINE, || synced_at(&ns, "web", &commit)).await;
+    let commit = repo
+        .write("apps/web/deploy.yaml", &deployment("web", 2))
+        .commit("web: two replicas");
+    let body = github_push(&repo.url(), &commit, &["apps/web/deploy.yaml"]);
+    let delivery = support::unique_name("delivery");
+    wait_for("the push routed", DEADLINE, || async {
+        match post_github(webhook_port, Some(SECRET), &delivery, &body) {
+            (200, reply) if reply.contains("/web\"") => Ok(()),
+            (code, reply) => Err(format!("{code} {reply}")),
+        }
+    })
+    .await;
+    wait_for("web synced", DEADLINE, || synced_at(&ns, "web", &commit)).await;
+    // One delivery, followed from the webhook to the apply in the JSON logs.
+    let logs = wait_for("the apply in the logs", DEADLINE, || async {
+        let logs = setpoint.logs();
+        if logs
+            .lines()
+            .any(|l| l.contains(r#""message":"applied""#) && l.contains(&delivery))
+        {
+            Ok(logs)
+        } else {
+            Err(logs.lines().last().unwrap_or_default().to_string())
+        }
+    })
+    .await;
+    let lines: Vec<serde_json::Value> = logs
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    assert!(!lines.is_empty(), "JSON logs: {logs}");
+    let routed = lines
+        .iter()
+        .find(|l| {
+            l["fields"]["message"] == "push routed" && l["fields"]["delivery"] == delivery.as_str()
+        })
+        .unwrap_or_else(|| panic!("no 'push routed' for {delivery}: {logs}"));
+    let event = routed["fields"]["events"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let applied = lines
+        .iter()
+        .find(|l| l["fields"]["message"] == "applied" && l["span"]["delivery"] == delivery.as_str())
+        .unwrap_or_else(|| panic!("no 'applied' for {delivery}: {logs}"));
+    assert_eq!(applied["span"]["delivery"], delivery.as_str(), "{applied}");
+    assert_eq!(
+        applied["span"]["app"],
+        format!("{}/web", ns.name),
+        "{applied}"
+    );
+    let event_id = applied["span"]["event"].as_str().unwrap();
+    assert!(event.contains(event_id), "{event} should name {event_id}");
+    assert!(
+        applied["fields"]["object"]
+            .as_str()
+            .is_some_and(|o| o.contains("Deployment") && o.contains("web")),
+        "{applied}"
+    );
+    assert!(!logs.contains(SECRET), "the secret is never logged");
+    drop(setpoint);
+
+    // The environment beats the file, a flag beats both.
+    let env_listen = format!("127.0.0.1:{env_metrics}");
+    let flag_port = free_port();
+    let flag_listen = format!("127.0.0.1:{flag_port}");
+    let mut setpoint = Setpoint::spawn_without(
+        &["--config", config, "run", "--listen", &flag_listen],
+        &[("SETPOINT_METRICS_LISTEN", &env_listen)],
+        &["SETPOINT_LOG", "SETPOINT_LISTEN"],
+        cache.path(),
+    );
+    setpoint.wait_http().await;
+    assert_eq!(post(env_metrics, "/healthz", &[], "", "GET").0, 200);
+    assert_eq!(
+        post(file_metrics, "/healthz", &[], "", "GET").0,
+        0,
+        "not on the file's port"
+    );
+    assert_eq!(
+        post(webhook_port, "/healthz", &[], "", "GET").0,
+        0,
+        "not on the file's port"
     );
 }

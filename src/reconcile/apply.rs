@@ -184,6 +184,7 @@ pub async fn apply(
         if id.group == "apiextensions.k8s.io" && id.kind == "CustomResourceDefinition" {
             crds_applied.push(id.name.clone());
         }
+        tracing::info!(object = %id, "applied");
         applied.push(Applied {
             id,
             live: serde_json::to_value(&live).expect("serializes"),
@@ -271,7 +272,10 @@ pub async fn prune(
             ..Default::default()
         };
         match api.delete(&id.name, &params).await {
-            Ok(_) => pruned.push(id.clone()),
+            Ok(_) => {
+                tracing::info!(object = %id, "pruned");
+                pruned.push(id.clone());
+            }
             // Already gone, or replaced by another object of the same name.
             Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
             Err(source) => {

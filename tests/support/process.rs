@@ -30,6 +30,17 @@ pub struct Setpoint {
 impl Setpoint {
     /// `setpoint <args>` with the test cluster's kubeconfig and `cache` for Git.
     pub fn spawn(args: &[&str], env: &[(&str, &str)], cache: &Path) -> Self {
+        Self::spawn_without(args, env, &[], cache)
+    }
+
+    /// The same, with the variables in `unset` removed from its environment
+    /// (to see what a configuration file sets).
+    pub fn spawn_without(
+        args: &[&str],
+        env: &[(&str, &str)],
+        unset: &[&str],
+        cache: &Path,
+    ) -> Self {
         let log = cache.join(format!("setpoint-{}.log", super::unique_name("p")));
         let out = std::fs::File::create(&log).unwrap();
         let port = args
@@ -38,7 +49,8 @@ impl Setpoint {
             .and_then(|i| args.get(i + 1))
             .and_then(|l| l.rsplit(':').next())
             .and_then(|p| p.parse().ok());
-        let child = Command::new(env!("CARGO_BIN_EXE_setpoint"))
+        let mut command = Command::new(env!("CARGO_BIN_EXE_setpoint"));
+        command
             .args(args)
             .env("KUBECONFIG", kubeconfig_path())
             .env("SETPOINT_CACHE_DIR", cache)
@@ -48,9 +60,11 @@ impl Setpoint {
             .envs(env.iter().copied())
             .stdout(out.try_clone().unwrap())
             .stderr(out)
-            .stdin(Stdio::null())
-            .spawn()
-            .expect("start setpoint");
+            .stdin(Stdio::null());
+        for name in unset {
+            command.env_remove(name);
+        }
+        let child = command.spawn().expect("start setpoint");
         Self { child, log, port }
     }
 

@@ -336,12 +336,14 @@ impl WebhookState {
         if let Some(id) = delivery {
             self.deliveries().record(provider, id);
         }
+        let ids: Vec<&str> = events.iter().map(|e| e.id.as_str()).collect();
         info!(
             provider = provider.as_str(),
             delivery = delivery.unwrap_or_default(),
             git_ref = %push.git_ref,
             commit = %push.commit,
             enqueued = keys.len(),
+            events = ?ids,
             "push routed"
         );
         Ok(Reply::Accepted(keys))

@@ -71,6 +71,8 @@ struct Shared {
     requeues: Mutex<std::collections::HashSet<AppKey>>,
     id: String,
     record: Option<Mutex<std::fs::File>>,
+    /// Set on shutdown: reconciles not yet started give their deliveries back.
+    stopping: std::sync::atomic::AtomicBool,
 }
 
 /// Consumes `queue` until `shutdown` turns true, then lets in-flight
@@ -99,6 +101,7 @@ pub async fn run(
         requeues: Mutex::new(Default::default()),
         id: format!("{}-{}", hostname(), std::process::id()),
         record,
+        stopping: std::sync::atomic::AtomicBool::new(false),
     });
     let mut deliveries = queue.consume(settings.prefetch).await?;
     let mut tasks = tokio::task::JoinSet::new();
@@ -115,6 +118,9 @@ pub async fn run(
         }
     }
     // Stop taking messages; what is already here goes back to the queue.
+    shared
+        .stopping
+        .store(true, std::sync::atomic::Ordering::SeqCst);
     drop(deliveries);
     tracing::info!(in_flight = tasks.len(), "worker stopping");
     let finished = tokio::time::timeout(settings.grace, async {
@@ -171,6 +177,18 @@ async fn drive(shared: Arc<Shared>, app: AppKey, mut batch: Slot) {
                 .acquire()
                 .await
                 .expect("the semaphore stays open");
+            if shared.stopping.load(std::sync::atomic::Ordering::SeqCst) {
+                // Not started: redelivered, to this process or another.
+                let mut waiting = std::mem::take(&mut batch.waiting);
+                let slot = shared.slots.lock().expect("slots lock").remove(&app);
+                if let Some(slot) = slot {
+                    waiting.extend(slot.waiting);
+                }
+                for delivery in waiting {
+                    let _ = delivery.requeue().await;
+                }
+                return;
+            }
             reconcile_once(&shared, &app, &batch).await
         };
         settle(&shared, &app, batch.waiting, outcome).await;

@@ -379,3 +379,104 @@ async fn the_file_configures_a_role_the_environment_and_flags_override_it_and_lo
         "not on the file's port"
     );
 }
+
+fn app_cli(args: &[&str]) -> (i32, String, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_setpoint"))
+        .arg("app")
+        .args(args)
+        .env("KUBECONFIG", support::kubeconfig_path())
+        .output()
+        .expect("run setpoint app");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test]
+async fn the_app_cli_lists_gets_diffs_syncs_and_shows_history() {
+    let ns = TestNamespace::new("app-cli").await;
+    install_crd(&ns.client).await;
+    let cache = tempfile::tempdir().unwrap();
+    let cache_dir = cache.path().to_str().unwrap();
+    let repo = GitRepo::new();
+    let first = repo
+        .write("apps/web/deploy.yaml", &deployment("web", 1))
+        .commit("one replica");
+    // No automated policy: only a manual sync changes anything.
+    create_app(&ns, "web", &repo.url(), "apps/web", Default::default()).await;
+    let n = ns.name.as_str();
+
+    let (code, out, err) = app_cli(&["diff", "web", "-n", n, "--cache-dir", cache_dir]);
+    assert_eq!(code, 1, "out of sync before the first sync: {out}{err}");
+    assert!(
+        out.contains("create") && out.contains("apps/Deployment"),
+        "{out}"
+    );
+
+    let (code, out, err) = app_cli(&["sync", &format!("{n}/web"), "--cache-dir", cache_dir]);
+    assert_eq!(code, 0, "{out}{err}");
+    synced_at(&ns, "web", &first).await.unwrap();
+    let (code, _, _) = app_cli(&["diff", "web", "-n", n, "--cache-dir", cache_dir]);
+    assert_eq!(code, 0, "in sync after it");
+
+    let second = repo
+        .write("apps/web/deploy.yaml", &deployment("web", 2))
+        .commit("two replicas");
+    let (code, out, err) = app_cli(&["sync", "web", "-n", n, "--cache-dir", cache_dir]);
+    assert_eq!(code, 0, "{out}{err}");
+    synced_at(&ns, "web", &second).await.unwrap();
+
+    let (code, out, _) = app_cli(&["list", "-n", n]);
+    assert_eq!(code, 0);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(
+        lines[0].split_whitespace().collect::<Vec<_>>(),
+        ["NAME", "SYNC", "HEALTH", "REVISION", "MESSAGE"]
+    );
+    let row: Vec<&str> = lines[1].split_whitespace().collect();
+    assert_eq!(row[..2], ["web", "Synced"], "{out}");
+    assert_eq!(row[3], &second[..12], "{out}");
+    let (_, all, _) = app_cli(&["list", "-A"]);
+    assert!(
+        all.lines().any(|l| l.starts_with(n) && l.contains(" web ")),
+        "{all}"
+    );
+
+    let (code, out, _) = app_cli(&["get", "web", "-n", n]);
+    assert_eq!(code, 0);
+    assert!(out.contains("Sync policy:  manual"), "{out}");
+    assert!(
+        out.contains(&format!("Synced at {}", &second[..12])),
+        "{out}"
+    );
+    assert!(
+        out.contains("apps/Deployment") && out.contains("CONDITIONS"),
+        "{out}"
+    );
+    let (_, json, _) = app_cli(&["get", "web", "-n", n, "-o", "json"]);
+    let object: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(object["kind"], "Application");
+    assert_eq!(object["status"]["sync"]["revision"], second.as_str());
+
+    let (code, out, _) = app_cli(&["history", "web", "-n", n]);
+    assert_eq!(code, 0);
+    let rows: Vec<&str> = out.lines().skip(1).collect();
+    assert_eq!(rows.len(), 2, "two syncs changed the cluster: {out}");
+    assert!(
+        rows[0].contains(&second[..12]) && rows[1].contains(&first[..12]),
+        "{out}"
+    );
+    let (_, yaml, _) = app_cli(&["history", "web", "-n", n, "-o", "yaml"]);
+    let history: Vec<serde_json::Value> = serde_yaml::from_str(&yaml).unwrap();
+    assert_eq!(history[0]["revision"], second.as_str());
+    assert_eq!(history[0]["applied"], 1);
+
+    let (code, _, err) = app_cli(&["get", "missing", "-n", n]);
+    assert_ne!(code, 0);
+    assert!(
+        err.contains(&format!("cannot read Application {n}/missing")),
+        "{err}"
+    );
+}

@@ -165,7 +165,14 @@ pub struct ApplicationStatus {
     /// The last reconcile that changed the cluster.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub operation: Option<OperationSummary>,
+    /// The last reconciles that changed the cluster, newest first (at most
+    /// `HISTORY_LIMIT`, as Argo CD keeps ten).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub history: Vec<OperationSummary>,
 }
+
+/// How many operations `status.history` keeps.
+pub const HISTORY_LIMIT: usize = 10;
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub enum Sync {

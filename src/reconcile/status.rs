@@ -49,8 +49,13 @@ pub fn build(report: Report<'_>) -> ApplicationStatus {
         conditions: previous.conditions.clone(),
         last_applied_revision: previous.last_applied_revision.clone(),
         operation: report.operation.clone().or(previous.operation.clone()),
+        history: previous.history.clone(),
         ..Default::default()
     };
+    if let Some(operation) = &report.operation {
+        status.history.insert(0, operation.clone());
+        status.history.truncate(crate::api::HISTORY_LIMIT);
+    }
     let compared = report.resources.is_some();
     status.resources = report.resources.unwrap_or(previous.resources.clone());
     let health = worst(status.resources.iter().map(|r| r.health));
@@ -248,6 +253,52 @@ mod tests {
         );
         let second = report(Some(&first), done, "t2");
         assert_eq!(first, second, "nothing changed, so nothing to write");
+    }
+
+    #[test]
+    fn history_keeps_the_last_ten_operations_newest_first() {
+        let mut status = ApplicationStatus::default();
+        for i in 0..12 {
+            let operation = OperationSummary {
+                revision: format!("r{i}"),
+                applied: 1,
+                pruned: 0,
+                unchanged: 0,
+                duration_ms: 5,
+                finished_at: format!("t{i}"),
+            };
+            status = build(Report {
+                previous: Some(&status),
+                generation: Some(1),
+                revision: Some(format!("r{i}")),
+                resources: Some(vec![]),
+                ending: Ending::Done {
+                    out_of_sync: 0,
+                    note: None,
+                },
+                operation: Some(operation),
+                now: format!("t{i}"),
+            });
+        }
+        let revisions: Vec<&str> = status.history.iter().map(|o| o.revision.as_str()).collect();
+        assert_eq!(
+            revisions,
+            ["r11", "r10", "r9", "r8", "r7", "r6", "r5", "r4", "r3", "r2"]
+        );
+        // A reconcile that changed nothing adds nothing.
+        let unchanged = build(Report {
+            previous: Some(&status),
+            generation: Some(1),
+            revision: Some("r11".into()),
+            resources: Some(vec![]),
+            ending: Ending::Done {
+                out_of_sync: 0,
+                note: None,
+            },
+            operation: None,
+            now: "t12".into(),
+        });
+        assert_eq!(unchanged.history, status.history);
     }
 
     #[test]

@@ -1,5 +1,7 @@
 //! The command line: one binary, roles as subcommands.
 
+pub mod app;
+
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
@@ -47,6 +49,9 @@ pub enum Command {
     /// Configuration files.
     #[command(subcommand)]
     Config(ConfigCommand),
+    /// Applications: list, get, diff, sync, history.
+    #[command(subcommand)]
+    App(app::AppCommand),
     /// Reconcile one Application once; print the plan and the outcome.
     Reconcile {
         /// NAMESPACE/NAME
@@ -138,6 +143,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
             Ok(0)
         }
         Command::Config(ConfigCommand::Check { file }) => Ok(check_config(&file)),
+        Command::App(command) => app::run(command, &cli.cache_dir).await,
         Command::Reconcile { app, sync } => {
             let (ctx, application) = load(&cli.cache_dir, &app).await?;
             let request = Request {
@@ -230,7 +236,7 @@ pub fn render_plan(plan: &Plan) -> String {
     out
 }
 
-fn print_outcome(app: &str, outcome: &Outcome) {
+pub(crate) fn print_outcome(app: &str, outcome: &Outcome) {
     println!(
         "{app} at revision {}",
         crate::reconcile::status::short(outcome.revision.as_deref())

@@ -1,0 +1,440 @@
+//! `setpoint app list | get | diff | sync | history`, like `argocd app` and
+//! `flux get`: kubectl-like tables, or the objects with `-o yaml|json`.
+
+use clap::{Args, Subcommand, ValueEnum};
+use kube::api::ListParams;
+use kube::{Api, ResourceExt};
+
+use crate::api::{Application, ConditionType, OperationSummary};
+use crate::reconcile::status::short;
+use crate::reconcile::{self, Request};
+
+#[derive(Subcommand, Debug)]
+pub enum AppCommand {
+    /// Applications with their sync and health.
+    List {
+        #[command(flatten)]
+        scope: Scope,
+        /// Every namespace.
+        #[arg(short = 'A', long)]
+        all_namespaces: bool,
+        #[arg(short, long, value_enum)]
+        output: Option<Format>,
+    },
+    /// One Application: source, policy, status, conditions and objects.
+    Get {
+        /// NAME or NAMESPACE/NAME.
+        app: String,
+        #[command(flatten)]
+        scope: Scope,
+        #[arg(short, long, value_enum)]
+        output: Option<Format>,
+    },
+    /// What a sync would change; exit 1 when out of sync.
+    Diff {
+        app: String,
+        #[command(flatten)]
+        scope: Scope,
+    },
+    /// Sync now, whatever the sync policy says (a manual sync, from here).
+    Sync {
+        app: String,
+        #[command(flatten)]
+        scope: Scope,
+    },
+    /// The last syncs that changed the cluster, newest first.
+    History {
+        app: String,
+        #[command(flatten)]
+        scope: Scope,
+        #[arg(short, long, value_enum)]
+        output: Option<Format>,
+    },
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct Scope {
+    /// The namespace; default: the kubeconfig's.
+    #[arg(short, long)]
+    pub namespace: Option<String>,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    Yaml,
+    Json,
+}
+
+/// Runs an `app` command; the exit code.
+pub async fn run(command: AppCommand, cache_dir: &std::path::Path) -> anyhow::Result<i32> {
+    let config = kube::Config::infer().await?;
+    let default_namespace = config.default_namespace.clone();
+    let ctx = crate::context::Context::new(config, cache_dir.to_path_buf())?;
+    let target = |app: &str, scope: &Scope| -> (String, String) {
+        match app.split_once('/') {
+            Some((ns, name)) => (ns.to_string(), name.to_string()),
+            None => (
+                scope.namespace.clone().unwrap_or(default_namespace.clone()),
+                app.to_string(),
+            ),
+        }
+    };
+    let get = async |namespace: &str, name: &str| -> anyhow::Result<Application> {
+        Api::<Application>::namespaced(ctx.client.clone(), namespace)
+            .get(name)
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot read Application {namespace}/{name}: {e}"))
+    };
+    match command {
+        AppCommand::List {
+            scope,
+            all_namespaces,
+            output,
+        } => {
+            let api: Api<Application> = if all_namespaces {
+                Api::all(ctx.client.clone())
+            } else {
+                let namespace = scope.namespace.unwrap_or(default_namespace.clone());
+                Api::namespaced(ctx.client.clone(), &namespace)
+            };
+            let mut apps = api.list(&ListParams::default()).await?.items;
+            apps.sort_by_key(|a| (a.namespace(), a.name_any()));
+            match output {
+                Some(format) => print!("{}", encode(&apps, format)?),
+                None => print!("{}", list_table(&apps, all_namespaces)),
+            }
+            Ok(0)
+        }
+        AppCommand::Get { app, scope, output } => {
+            let (namespace, name) = target(&app, &scope);
+            let application = get(&namespace, &name).await?;
+            match output {
+                Some(format) => print!("{}", encode(&application, format)?),
+                None => print!("{}", describe(&application)),
+            }
+            Ok(0)
+        }
+        AppCommand::History { app, scope, output } => {
+            let (namespace, name) = target(&app, &scope);
+            let application = get(&namespace, &name).await?;
+            let history = application.status.map(|s| s.history).unwrap_or_default();
+            match output {
+                Some(format) => print!("{}", encode(&history, format)?),
+                None => print!("{}", history_table(&history)),
+            }
+            Ok(0)
+        }
+        AppCommand::Diff { app, scope } => {
+            let (namespace, name) = target(&app, &scope);
+            let application = get(&namespace, &name).await?;
+            let request = Request {
+                dry_run: true,
+                ..Default::default()
+            };
+            match reconcile::reconcile(&ctx, &application, &request).await {
+                Ok(outcome) => {
+                    let plan = outcome.plan.as_ref().expect("a dry run plans");
+                    println!(
+                        "{namespace}/{name} at revision {}",
+                        short(outcome.revision.as_deref())
+                    );
+                    print!("{}", super::render_plan(plan));
+                    Ok(if plan.is_in_sync() { 0 } else { 1 })
+                }
+                Err(error) => {
+                    eprintln!("error: {}", crate::report::events::error_chain(&error));
+                    Ok(2)
+                }
+            }
+        }
+        AppCommand::Sync { app, scope } => {
+            let (namespace, name) = target(&app, &scope);
+            let application = get(&namespace, &name).await?;
+            let request = Request {
+                manual: true,
+                ..Default::default()
+            };
+            match reconcile::reconcile(&ctx, &application, &request).await {
+                Ok(outcome) => {
+                    super::print_outcome(&format!("{namespace}/{name}"), &outcome);
+                    Ok(0)
+                }
+                Err(error) => {
+                    eprintln!("error: {}", crate::report::events::error_chain(&error));
+                    Ok(if error.is_transient() { 3 } else { 2 })
+                }
+            }
+        }
+    }
+}
+
+fn encode<T: serde::Serialize>(value: &T, format: Format) -> anyhow::Result<String> {
+    Ok(match format {
+        Format::Yaml => serde_yaml::to_string(value)?,
+        Format::Json => serde_json::to_string_pretty(value)? + "\n",
+    })
+}
+
+/// Columns padded to their widest cell, two spaces apart, as kubectl prints.
+pub fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (i, cell) in row.iter().enumerate() {
+            widths[i] = widths[i].max(cell.chars().count());
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        let last = cells.len() - 1;
+        let mut out = String::new();
+        for (i, cell) in cells.iter().enumerate() {
+            if i == last {
+                out.push_str(cell);
+            } else {
+                out.push_str(&format!("{cell:<width$}  ", width = widths[i]));
+            }
+        }
+        out.trim_end().to_string() + "\n"
+    };
+    let mut out = line(headers.to_vec());
+    for row in rows {
+        out.push_str(&line(row.iter().map(String::as_str).collect()));
+    }
+    out
+}
+
+fn ready_message(app: &Application) -> String {
+    app.status
+        .as_ref()
+        .and_then(|s| {
+            s.conditions
+                .iter()
+                .find(|c| c.type_ == ConditionType::Ready)
+        })
+        .map(|c| cut(&c.message, 60))
+        .unwrap_or_default()
+}
+
+fn cut(text: &str, max: usize) -> String {
+    let line = text.lines().next().unwrap_or_default();
+    if line.chars().count() <= max {
+        line.to_string()
+    } else {
+        line.chars().take(max - 1).collect::<String>() + "…"
+    }
+}
+
+pub fn list_table(apps: &[Application], with_namespace: bool) -> String {
+    let mut headers = vec!["NAME", "SYNC", "HEALTH", "REVISION", "MESSAGE"];
+    if with_namespace {
+        headers.insert(0, "NAMESPACE");
+    }
+    let rows: Vec<Vec<String>> = apps
+        .iter()
+        .map(|app| {
+            let status = app.status.clone().unwrap_or_default();
+            let mut row = vec![
+                app.name_any(),
+                format!("{:?}", status.sync.status),
+                format!("{:?}", status.health.status),
+                short(status.sync.revision.as_deref()).to_string(),
+                ready_message(app),
+            ];
+            if with_namespace {
+                row.insert(0, app.namespace().unwrap_or_default());
+            }
+            row
+        })
+        .collect();
+    table(&headers, &rows)
+}
+
+pub fn describe(app: &Application) -> String {
+    let spec = &app.spec;
+    let status = app.status.clone().unwrap_or_default();
+    let policy = match &spec.sync_policy.automated {
+        Some(a) => format!("automated (prune: {}, selfHeal: {})", a.prune, a.self_heal),
+        None => "manual".to_string(),
+    };
+    let method = if spec.source.helm.is_some() {
+        "helm"
+    } else if spec.source.kustomize.is_some() {
+        "kustomize"
+    } else if spec.source.directory.is_some() {
+        "directory"
+    } else {
+        "detected from the path"
+    };
+    let mut out = String::new();
+    let mut field = |name: &str, value: String| out.push_str(&format!("{name:<14}{value}\n"));
+    field(
+        "Name:",
+        format!("{}/{}", app.namespace().unwrap_or_default(), app.name_any()),
+    );
+    field("Repo:", spec.source.repo_url.clone());
+    field(
+        "Target:",
+        spec.source
+            .target_revision
+            .clone()
+            .unwrap_or_else(|| "(default branch)".into()),
+    );
+    field(
+        "Path:",
+        spec.source.path.clone().unwrap_or_else(|| "(root)".into()),
+    );
+    field("Render:", method.to_string());
+    field("Sync policy:", policy);
+    field(
+        "Sync status:",
+        format!(
+            "{:?} at {}",
+            status.sync.status,
+            short(status.sync.revision.as_deref())
+        ),
+    );
+    let health_message = status
+        .health
+        .message
+        .as_deref()
+        .map(|m| format!(" ({})", cut(m, 80)))
+        .unwrap_or_default();
+    field(
+        "Health:",
+        format!("{:?}{health_message}", status.health.status),
+    );
+    if spec.suspend {
+        field("Suspended:", "yes".into());
+    }
+    if !status.conditions.is_empty() {
+        out.push_str("\nCONDITIONS\n");
+        let rows: Vec<Vec<String>> = status
+            .conditions
+            .iter()
+            .map(|c| {
+                vec![
+                    format!("{:?}", c.type_),
+                    format!("{:?}", c.status),
+                    c.reason.clone(),
+                    cut(&c.message, 80),
+                ]
+            })
+            .collect();
+        out.push_str(&table(&["TYPE", "STATUS", "REASON", "MESSAGE"], &rows));
+    }
+    if !status.resources.is_empty() {
+        out.push('\n');
+        let rows: Vec<Vec<String>> = status
+            .resources
+            .iter()
+            .map(|r| {
+                vec![
+                    if r.group.is_empty() {
+                        r.kind.clone()
+                    } else {
+                        format!("{}/{}", r.group, r.kind)
+                    },
+                    r.namespace.clone().unwrap_or_default(),
+                    r.name.clone(),
+                    format!("{:?}", r.sync),
+                    format!("{:?}", r.health),
+                    r.message.as_deref().map(|m| cut(m, 60)).unwrap_or_default(),
+                ]
+            })
+            .collect();
+        out.push_str(&table(
+            &["KIND", "NAMESPACE", "NAME", "SYNC", "HEALTH", "MESSAGE"],
+            &rows,
+        ));
+    }
+    out
+}
+
+pub fn history_table(history: &[OperationSummary]) -> String {
+    let rows: Vec<Vec<String>> = history
+        .iter()
+        .enumerate()
+        .map(|(i, o)| {
+            vec![
+                i.to_string(),
+                o.finished_at.clone(),
+                short(Some(&o.revision)).to_string(),
+                o.applied.to_string(),
+                o.pruned.to_string(),
+                o.unchanged.to_string(),
+                format!("{}ms", o.duration_ms),
+            ]
+        })
+        .collect();
+    table(
+        &[
+            "ID",
+            "FINISHED",
+            "REVISION",
+            "APPLIED",
+            "PRUNED",
+            "UNCHANGED",
+            "DURATION",
+        ],
+        &rows,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tables_pad_columns_like_kubectl() {
+        let out = table(
+            &["NAME", "SYNC", "MESSAGE"],
+            &[
+                vec!["web".into(), "Synced".into(), "".into()],
+                vec![
+                    "payments-api".into(),
+                    "OutOfSync".into(),
+                    "2 objects differ".into(),
+                ],
+            ],
+        );
+        assert_eq!(
+            out,
+            "NAME          SYNC       MESSAGE\nweb           Synced\npayments-api  OutOfSync  2 objects differ\n"
+        );
+    }
+
+    #[test]
+    fn history_is_listed_newest_first_with_short_revisions() {
+        let history = [OperationSummary {
+            revision: "0123456789abcdef0123".into(),
+            applied: 2,
+            pruned: 1,
+            unchanged: 3,
+            duration_ms: 42,
+            finished_at: "2026-12-02T20:00:00Z".into(),
+        }];
+        let out = history_table(&history);
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(
+            lines[0].split_whitespace().collect::<Vec<_>>()[..3],
+            ["ID", "FINISHED", "REVISION"]
+        );
+        assert_eq!(
+            lines[1].split_whitespace().collect::<Vec<_>>(),
+            [
+                "0",
+                "2026-12-02T20:00:00Z",
+                "0123456789ab",
+                "2",
+                "1",
+                "3",
+                "42ms"
+            ]
+        );
+    }
+
+    #[test]
+    fn long_messages_are_cut_to_one_line() {
+        assert_eq!(cut("first line\nsecond", 60), "first line");
+        assert_eq!(cut(&"x".repeat(70), 10).chars().count(), 10);
+    }
+}

@@ -3,7 +3,8 @@
 //!
 //! The modules follow one event through the loop: `api` (the Application
 //! resource), `source` (Git and rendering), `reconcile` (plan, apply, prune,
-//! health, status), `report` (Events). See ARCHITECTURE.md.
+//! health, status), `report` (Events, GitHub commit statuses and webhook
+//! redelivery). See ARCHITECTURE.md.
 
 pub mod api;
 pub mod cli;

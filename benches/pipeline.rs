@@ -5,7 +5,13 @@
 //! - fleets of Applications in one repository synced after a single push:
 //!   time until all are Synced, and the peak memory of the process.
 //!
-//! `SETPOINT_BENCH_FLEETS` (default `100,1000`) picks the fleet sizes.
+//! - split roles (one `webhook`, one `watch`, N `worker` processes on one
+//!   RabbitMQ): reconciles per second for N = 1, 2, 4 and each process's
+//!   peak memory.
+//!
+//! `SETPOINT_BENCH_FLEETS` (default `100,1000`) picks the fleet sizes,
+//! `SETPOINT_BENCH_WORKERS` (default `1,2,4`) the worker counts, and
+//! `SETPOINT_BENCH_ONLY=workers` runs only the split-role part.
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -16,7 +22,9 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Patch, PatchParams};
 use setpoint::api::{Application, Sync};
 use support::app::{automated, create_app, install_crd};
-use support::process::{Setpoint, free_port, github_push, github_signature, post_github};
+use support::process::{
+    Setpoint, free_port, github_push, github_signature, post_github, sample, scrape,
+};
 use support::{GitRepo, TestNamespace, amqp_prefix, amqp_url, wait_for};
 
 const SECRET: &str = "bench-secret";
@@ -289,10 +297,139 @@ async fn latencies() {
 async fn main() {
     let ns = TestNamespace::new("bench-crd").await;
     install_crd(&ns.client).await;
-    println!("pipeline benchmark (setpoint run on RabbitMQ, local control plane, 2 cores)");
-    latencies().await;
-    let fleets = std::env::var("SETPOINT_BENCH_FLEETS").unwrap_or_else(|_| "100,1000".into());
-    for size in fleets.split(',').filter_map(|s| s.trim().parse().ok()) {
-        fleet(size).await;
+    println!("pipeline benchmark (setpoint on RabbitMQ, local control plane, 2 cores)");
+    let only_workers = std::env::var("SETPOINT_BENCH_ONLY").is_ok_and(|o| o == "workers");
+    if !only_workers {
+        latencies().await;
+        let fleets = std::env::var("SETPOINT_BENCH_FLEETS").unwrap_or_else(|_| "100,1000".into());
+        for size in fleets.split(',').filter_map(|s| s.trim().parse().ok()) {
+            fleet(size).await;
+        }
     }
+    let workers = std::env::var("SETPOINT_BENCH_WORKERS").unwrap_or_else(|_| "1,2,4".into());
+    for count in workers.split(',').filter_map(|s| s.trim().parse().ok()) {
+        split_roles(count, 300).await;
+    }
+}
+
+/// `apps` Applications of one ConfigMap each, first-synced by `workers`
+/// worker processes from events a webhook published after one push.
+async fn split_roles(workers: usize, apps: usize) {
+    let ns = TestNamespace::new("split").await;
+    let repo = GitRepo::new();
+    for app in 0..apps {
+        repo.write(
+            &format!("apps/{app}/cm.yaml"),
+            &format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: app-{app}\ndata: {{v: \"1\"}}\n"),
+        );
+    }
+    let commit = repo.commit("split roles");
+    for app in 0..apps {
+        let path = format!("apps/{app}");
+        create_app(
+            &ns,
+            &format!("app-{app}"),
+            &repo.url(),
+            &path,
+            automated(true, true),
+        )
+        .await;
+    }
+    let prefix = amqp_prefix("split");
+    let url = amqp_url();
+    let cache = tempfile::tempdir().unwrap();
+    let env = [
+        ("SETPOINT_AMQP_URL", url.as_str()),
+        ("SETPOINT_LOG", "warn"),
+    ];
+    let listen = format!("127.0.0.1:{}", free_port());
+    let mut webhook = Setpoint::spawn(
+        &[
+            "webhook",
+            "--listen",
+            &listen,
+            "--amqp-prefix",
+            &prefix,
+            "--github-secret",
+            SECRET,
+        ],
+        &env,
+        cache.path(),
+    );
+    let mut pool = Vec::new();
+    let mut ports = Vec::new();
+    for i in 0..workers {
+        let dir = cache.path().join(format!("w{i}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let metrics = format!("127.0.0.1:{}", free_port());
+        ports.push(metrics.rsplit(':').next().unwrap().parse::<u16>().unwrap());
+        let mut env = env.to_vec();
+        env.push(("SETPOINT_METRICS_LISTEN", metrics.as_str()));
+        pool.push(Setpoint::spawn(
+            &[
+                "worker",
+                "--amqp-prefix",
+                &prefix,
+                "--concurrency",
+                "8",
+                "--balance-interval",
+                "500ms",
+            ],
+            &env,
+            &dir,
+        ));
+    }
+    webhook.wait_http().await;
+    // The push comes once the workers share the 16 shards evenly, as on a
+    // fleet that has been running.
+    let fair = (16 / workers) as f64;
+    wait_for(
+        "the workers to share the shards",
+        Duration::from_secs(120),
+        || async {
+            let mut active = Vec::new();
+            for port in &ports {
+                let text = scrape(*port)?;
+                active.push(sample(&text, "setpoint_queue_shards_active").unwrap_or(-1.0));
+            }
+            if active.iter().all(|a| *a == fair) {
+                Ok(())
+            } else {
+                Err(format!("active shards per worker: {active:?}"))
+            }
+        },
+    )
+    .await;
+    let port = webhook.port.unwrap();
+    let changed: Vec<String> = (0..apps).map(|app| format!("apps/{app}/cm.yaml")).collect();
+    let changed: Vec<&str> = changed.iter().map(String::as_str).collect();
+    let body = github_push(&repo.url(), &commit, &changed);
+    let started = Instant::now();
+    wait_for(
+        "the push to be routed to every app",
+        Duration::from_secs(60),
+        || async {
+            match post_github(port, Some(SECRET), &support::unique_name("d"), &body) {
+                (200, reply) if reply.matches("app-").count() >= apps => Ok(()),
+                (code, reply) => Err(format!("{code} {}", reply.len())),
+            }
+        },
+    )
+    .await;
+    wait_for("every app synced", Duration::from_secs(600), || {
+        all_synced(&ns, &commit, apps)
+    })
+    .await;
+    let took = started.elapsed();
+    let memory: Vec<String> = pool
+        .iter()
+        .map(|w| format!("{:.0}", peak_memory_mib(w.child.id())))
+        .collect();
+    println!(
+        "split roles, {workers} worker process(es): {apps} apps first-synced in {:.1} s = {:.0} reconciles/s; peak RSS per worker {} MiB, webhook {:.0} MiB",
+        took.as_secs_f64(),
+        apps as f64 / took.as_secs_f64(),
+        memory.join(", "),
+        peak_memory_mib(webhook.child.id())
+    );
 }

@@ -14,6 +14,7 @@ use tower::util::MapRequestLayer;
 
 use crate::metrics::Metrics;
 use crate::reconcile::kinds::Kinds;
+use crate::report::github::CommitStatuses;
 use crate::source::git::{Credentials, GitSource};
 use crate::source::render::{RenderSettings, Renderers};
 
@@ -33,6 +34,9 @@ pub struct Inner {
     /// Secret: `SETPOINT_GIT_USERNAME` and `SETPOINT_GIT_PASSWORD` (or
     /// `SETPOINT_GIT_PASSWORD_FILE`).
     pub git_credentials: Option<Credentials>,
+    /// Commit statuses on GitHub for the syncs of new revisions, when a
+    /// token is configured (`SETPOINT_GITHUB_TOKEN`).
+    pub commit_statuses: Option<CommitStatuses>,
 }
 
 impl std::ops::Deref for Context {
@@ -45,6 +49,15 @@ impl std::ops::Deref for Context {
 impl Context {
     /// A context whose client counts every request it sends.
     pub fn new(config: Config, cache_dir: PathBuf) -> Result<Self, kube::Error> {
+        Self::with_commit_statuses(config, cache_dir, None)
+    }
+
+    /// The same, posting commit statuses through `commit_statuses`.
+    pub fn with_commit_statuses(
+        config: Config,
+        cache_dir: PathBuf,
+        commit_statuses: Option<CommitStatuses>,
+    ) -> Result<Self, kube::Error> {
         let requests = RequestCounter::default();
         let client = counted_client(config, &requests)?;
         let reporter = Reporter {
@@ -67,6 +80,7 @@ impl Context {
             kinds: Kinds::default(),
             reporter,
             git_credentials: credentials_from_env(),
+            commit_statuses,
         })))
     }
 }

@@ -68,6 +68,7 @@ pub struct Inner {
     pub publish_seconds: Histogram,
     pub messages_ready: Gauge,
     pub messages_parked: Gauge,
+    pub shards_active: Gauge,
     pub reconcile_seconds: HistogramFamily<AppLabels>,
     pub reconciles: Family<ReconcileLabels, Counter>,
     pub drift_corrections: Family<KindLabels, Counter>,
@@ -129,6 +130,12 @@ impl Metrics {
             "Events parked after their last attempt failed",
             messages_parked.clone(),
         );
+        let shards_active = Gauge::default();
+        registry.register(
+            "queue_shards_active",
+            "Shards this process consumes as their single active consumer, read at scrape time",
+            shards_active.clone(),
+        );
         let reconcile_seconds: HistogramFamily<AppLabels> =
             Family::new_with_constructor(seconds_buckets);
         registry.register(
@@ -184,6 +191,7 @@ impl Metrics {
             publish_seconds,
             messages_ready,
             messages_parked,
+            shards_active,
             reconcile_seconds,
             reconciles,
             drift_corrections,
@@ -312,6 +320,12 @@ async fn metrics(probes: web::Data<Probes>) -> HttpResponse {
     if let Ok(Some(depth)) = tokio::time::timeout(READY_TIMEOUT, probes.queue.depth()).await {
         probes.metrics.messages_ready.set(i64::from(depth.ready));
         probes.metrics.messages_parked.set(i64::from(depth.parked));
+    }
+    if let Some(active) = probes.queue.active_shards() {
+        probes
+            .metrics
+            .shards_active
+            .set(i64::try_from(active).unwrap_or(i64::MAX));
     }
     HttpResponse::Ok()
         .content_type("text/plain; version=0.0.4; charset=utf-8")

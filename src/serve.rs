@@ -19,6 +19,7 @@ use crate::metrics::Probes;
 use crate::queue::amqp::{AmqpQueue, AmqpSettings};
 use crate::queue::memory::MemoryQueue;
 use crate::queue::{Metered, Queue, RetryPolicy};
+use crate::report::github::{self, CommitStatuses, GitHubSettings, HookRef, Redelivery};
 use crate::worker::{self, WorkerSettings};
 
 /// Which parts of Setpoint this process runs.
@@ -109,6 +110,32 @@ pub struct ServeOptions {
     /// Delay before the first retry (doubling after).
     #[arg(long, env = "SETPOINT_RETRY_INITIAL", default_value = "1s", value_parser = parse_duration)]
     pub retry_initial: Duration,
+    /// The GitHub REST API: `https://HOST/api/v3` for GitHub Enterprise
+    /// Server. Repositories on its host get commit statuses.
+    #[arg(long, env = "SETPOINT_GITHUB_API_URL", default_value = github::DEFAULT_API_URL)]
+    pub github_api_url: String,
+    /// A GitHub token (commit statuses: write; for redelivery, the hooks'
+    /// admin). Without one, nothing is posted to GitHub.
+    #[arg(long, env = "SETPOINT_GITHUB_TOKEN", hide_env_values = true)]
+    pub github_token: Option<String>,
+    /// A file holding that token.
+    #[arg(
+        long,
+        env = "SETPOINT_GITHUB_TOKEN_FILE",
+        conflicts_with = "github_token"
+    )]
+    pub github_token_file: Option<PathBuf>,
+    /// Post `pending`, then `success`/`failure` on each synced commit
+    /// (workers; needs a token).
+    #[arg(long, env = "SETPOINT_GITHUB_COMMIT_STATUSES", default_value_t = true, action = clap::ArgAction::Set)]
+    pub github_commit_statuses: bool,
+    /// Setpoint's webhooks on GitHub (`owner/repo:ID` or `orgs/ORG:ID`),
+    /// whose failed deliveries the webhook role asks GitHub to redeliver.
+    #[arg(long, env = "SETPOINT_GITHUB_HOOKS", value_delimiter = ',')]
+    pub github_hooks: Vec<HookRef>,
+    /// How often those deliveries are looked at (and once at start).
+    #[arg(long, env = "SETPOINT_GITHUB_REDELIVERY_INTERVAL", default_value = "5m", value_parser = parse_duration)]
+    pub github_redelivery_interval: Duration,
 }
 
 /// `500ms`, `30s`, `10m`, `1h`.
@@ -144,9 +171,41 @@ fn secrets(values: &[String], files: &[PathBuf]) -> anyhow::Result<Vec<String>> 
     Ok(all)
 }
 
+/// The GitHub settings, when a token is configured.
+fn github_settings(options: &ServeOptions) -> anyhow::Result<Option<GitHubSettings>> {
+    let token = match (&options.github_token, &options.github_token_file) {
+        (Some(token), _) => token.trim().to_string(),
+        (None, Some(file)) => secrets(&[], std::slice::from_ref(file))?.concat(),
+        (None, None) => String::new(),
+    };
+    if token.is_empty() {
+        if !options.github_hooks.is_empty() {
+            anyhow::bail!(
+                "--github-hooks needs a token to list their deliveries: set SETPOINT_GITHUB_TOKEN or SETPOINT_GITHUB_TOKEN_FILE"
+            );
+        }
+        return Ok(None);
+    }
+    Ok(Some(GitHubSettings {
+        api_url: options.github_api_url.trim_end_matches('/').to_string(),
+        token,
+        hooks: options.github_hooks.clone(),
+        redelivery_interval: options.github_redelivery_interval,
+        ..GitHubSettings::default()
+    }))
+}
+
 pub async fn serve(options: ServeOptions, roles: Roles, cache_dir: PathBuf) -> anyhow::Result<()> {
     let config = kube::Config::infer().await?;
-    let ctx = Context::new(config, cache_dir)?;
+    let github = github_settings(&options)?;
+    let commit_statuses = match &github {
+        Some(settings) if roles.worker && options.github_commit_statuses => {
+            tracing::info!(api = %settings.api_url, "posting commit statuses on GitHub");
+            Some(CommitStatuses::new(settings)?)
+        }
+        _ => None,
+    };
+    let ctx = Context::with_commit_statuses(config, cache_dir, commit_statuses)?;
     let retry = RetryPolicy {
         max_attempts: options.max_attempts,
         initial: options.retry_initial,
@@ -292,6 +351,18 @@ pub async fn serve(options: ServeOptions, roles: Roles, cache_dir: PathBuf) -> a
     } else {
         None
     };
+    if let Some(settings) = github
+        .as_ref()
+        .filter(|s| roles.webhook && !s.hooks.is_empty())
+    {
+        let redelivery = Redelivery::new(settings)?;
+        tracing::info!(
+            hooks = settings.hooks.len(),
+            interval = ?settings.redelivery_interval,
+            "redelivering the webhook deliveries that failed"
+        );
+        tasks.spawn(redelivery.run(shutdown.clone()));
+    }
     let handle = server.as_ref().map(|s| s.handle());
     if let Some(server) = server {
         tokio::spawn(server);

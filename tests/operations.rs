@@ -8,7 +8,7 @@ use std::time::Duration;
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::{Patch, PatchParams};
 use support::app::{automated, create_app, install_crd, synced_at};
-use support::process::{Setpoint, free_port, github_push, post, post_github};
+use support::process::{Setpoint, free_port, github_push, post, post_github, sample, scrape};
 use support::{GitRepo, TestNamespace, wait_for};
 
 const DEADLINE: Duration = Duration::from_secs(60);
@@ -37,22 +37,6 @@ spec:
         image: app:1
 "
     )
-}
-
-/// The value of the first sample line that starts with `prefix`.
-fn sample(metrics: &str, prefix: &str) -> Option<f64> {
-    metrics
-        .lines()
-        .find(|line| line.starts_with(prefix))
-        .and_then(|line| line.rsplit(' ').next())
-        .and_then(|value| value.parse().ok())
-}
-
-fn scrape(port: u16) -> Result<String, String> {
-    match post(port, "/metrics", &[], "", "GET") {
-        (200, body) => Ok(body),
-        (code, body) => Err(format!("{code} {body}")),
-    }
 }
 
 #[tokio::test]

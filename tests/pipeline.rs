@@ -13,7 +13,9 @@ use kube::api::{Patch, PatchParams};
 use setpoint::queue::amqp::{AmqpQueue, AmqpSettings};
 use setpoint::queue::{Queue, RetryPolicy};
 use support::app::{automated, create_app, install_crd, synced_at};
-use support::process::{Setpoint, free_port, github_push, gitlab_push, post_github, post_gitlab};
+use support::process::{
+    Setpoint, free_port, github_push, gitlab_push, post_github, post_gitlab, sample, scrape,
+};
 use support::{GitRepo, TestNamespace, amqp_prefix, amqp_url, wait_for};
 
 const DEADLINE: Duration = Duration::from_secs(90);
@@ -322,8 +324,33 @@ async fn two_workers_fifty_apps_five_hundred_events_never_overlap() {
         "--balance-interval",
         "300ms",
     ];
-    let _w1 = Setpoint::spawn(&args, &env, &cache.path().join("w1").tap_mkdir());
-    let _w2 = Setpoint::spawn(&args, &env, &cache.path().join("w2").tap_mkdir());
+    // Each worker's /metrics says how many of the 16 shards it is the
+    // active consumer of; the burst comes once they share them fairly, as
+    // it would on a running fleet (a burst already waiting when the first
+    // worker starts is all prefetched by it, which is correct but is not
+    // what this test is about).
+    let ports = [free_port(), free_port()];
+    let mut pool = Vec::new();
+    for (i, port) in ports.iter().enumerate() {
+        let listen = format!("127.0.0.1:{port}");
+        let mut env = env.to_vec();
+        env.push(("SETPOINT_METRICS_LISTEN", listen.as_str()));
+        let dir = cache.path().join(format!("w{i}")).tap_mkdir();
+        pool.push(Setpoint::spawn(&args, &env, &dir));
+    }
+    wait_for("the workers to share the 16 shards", DEADLINE, || async {
+        let mut active = Vec::new();
+        for port in ports {
+            let text = scrape(port)?;
+            active.push(sample(&text, "setpoint_queue_shards_active").unwrap_or(-1.0));
+        }
+        if active == [8.0, 8.0] {
+            Ok(())
+        } else {
+            Err(format!("active shards per worker: {active:?}"))
+        }
+    })
+    .await;
 
     for n in 0..500 {
         let app = setpoint::event::AppKey::new(&ns.name, format!("app-{}", n % 50));

@@ -452,6 +452,10 @@ impl Queue for AmqpQueue {
     async fn depth(&self) -> Option<QueueDepth> {
         AmqpQueue::depth(self).await.ok()
     }
+
+    fn active_shards(&self) -> Option<usize> {
+        Some(AmqpQueue::active_shards(self))
+    }
 }
 
 impl Link {

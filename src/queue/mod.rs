@@ -133,6 +133,11 @@ pub trait Queue: Send + Sync {
     async fn depth(&self) -> Option<QueueDepth> {
         None
     }
+    /// How many shards this process consumes as the active consumer, for
+    /// metrics; `None` when the queue has no shards.
+    fn active_shards(&self) -> Option<usize> {
+        None
+    }
 }
 
 /// Messages waiting in a queue, for tests and metrics.
@@ -174,6 +179,10 @@ impl Queue for Metered {
 
     async fn depth(&self) -> Option<QueueDepth> {
         self.inner.depth().await
+    }
+
+    fn active_shards(&self) -> Option<usize> {
+        self.inner.active_shards()
     }
 }
 

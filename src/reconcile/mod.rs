@@ -31,6 +31,8 @@ use crate::api::{Application, ApplicationStatus, Health, OperationSummary, Resou
 use crate::context::Context;
 use crate::manifest::ObjectId;
 use crate::report::events::{Events, error_chain};
+use crate::report::github::{CommitStatuses, State};
+use crate::report::sync_status;
 use crate::source::git::Checkout;
 use crate::source::git::{CheckoutRequest, Credentials, GitError};
 use crate::source::render::{Job, Method, RenderError, directory};
@@ -210,7 +212,11 @@ pub async fn reconcile(
         });
     }
     let mut revision = None;
-    match sync(ctx, app, request, &events, started, &mut revision).await {
+    let result = sync(ctx, app, request, &events, started, &mut revision).await;
+    if !request.dry_run {
+        commit_status_ending(ctx, app, request, revision.as_deref(), &result);
+    }
+    match result {
         Ok(outcome) => Ok(outcome),
         Err(error) if request.dry_run => Err(error),
         Err(error) => {
@@ -268,6 +274,9 @@ async fn sync(
         .await?;
     let revision = checkout.commit.clone();
     *revision_out = Some(revision.clone());
+    if !request.dry_run {
+        commit_status_pending(ctx, app, request, &revision);
+    }
 
     let manifests = render(ctx, app, credentials.as_ref(), &checkout).await?;
     let mut desired = prepare::prepare(&ctx.client, &ctx.kinds, app, manifests).await?;
@@ -402,6 +411,71 @@ async fn sync(
         status_written,
         requeue_after,
     })
+}
+
+/// Whether this sync of `revision` gets commit statuses (see
+/// `report::sync_status`), and the service that posts them.
+fn commit_statuses<'a>(
+    ctx: &'a Context,
+    app: &Application,
+    request: &Request,
+    revision: &str,
+) -> Option<&'a CommitStatuses> {
+    let statuses = ctx.commit_statuses.as_ref()?;
+    let sight = sync_status::Sight {
+        revision,
+        announced: request.known_commit.as_deref(),
+        manual: request.manual,
+    };
+    sync_status::announces(app, sight).then_some(statuses)
+}
+
+fn commit_status_pending(ctx: &Context, app: &Application, request: &Request, revision: &str) {
+    if let Some(statuses) = commit_statuses(ctx, app, request, revision) {
+        let description = format!("Syncing {}", short(Some(revision)));
+        sync_status::post(statuses, app, revision, State::Pending, &description);
+    }
+}
+
+/// The status that follows the pending one, decided on the same (unchanged)
+/// Application, so that every pending gets its ending.
+fn commit_status_ending(
+    ctx: &Context,
+    app: &Application,
+    request: &Request,
+    revision: Option<&str>,
+    result: &Result<Outcome, ReconcileError>,
+) {
+    let Some(revision) = revision else { return };
+    let Some(statuses) = commit_statuses(ctx, app, request, revision) else {
+        return;
+    };
+    let message;
+    let reason;
+    let ended = match result {
+        Ok(outcome) => Ok(sync_status::Done {
+            sync: outcome.status.sync.status,
+            applied: outcome.applied.len(),
+            pruned: outcome.pruned.len(),
+            message: outcome
+                .status
+                .conditions
+                .iter()
+                .find(|c| c.type_ == crate::api::ConditionType::Ready)
+                .map_or("", |c| c.message.as_str()),
+        }),
+        Err(error) => {
+            message = error_chain(error);
+            reason = error.reason();
+            Err(sync_status::Failed {
+                transient: error.is_transient(),
+                reason,
+                message: &message,
+            })
+        }
+    };
+    let (state, description) = sync_status::ending(ended);
+    sync_status::post(statuses, app, revision, state, &description);
 }
 
 fn live_object<'a>(objects: &'a HashMap<ObjectId, Value>, id: &ObjectId) -> Option<&'a Value> {

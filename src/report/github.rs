@@ -1184,425 +1184,31 @@ fn github_message(body: &str) -> String {
     crate::report::events::truncate(&line, MESSAGE_LIMIT)
 }
 
+// The fake GitHub lives with the integration tests' support, which run
+// `setpoint` against it too.
+#[cfg(test)]
+#[path = "../../tests/support/github.rs"]
+mod fake;
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    use std::collections::HashSet;
-
     use serde_json::{Value, json};
-    use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-    use tokio::net::{TcpListener, TcpStream};
 
-    const TOKEN: &str = "ghp_Test0123456789abcdefSECRET";
+    use super::fake::{API_VERSION, FakeGitHub, Fault, TOKEN, delivery};
+
     const SHA: &str = "0123456789abcdef0123456789abcdef01234567";
-    const API_VERSION: &str = "2022-11-28";
     const HOOK: &str = "/repos/acme/deploy/hooks/42";
 
-    /// One request as the fake GitHub received it.
-    #[derive(Clone, Debug)]
-    struct Received {
-        method: String,
-        path: String,
-        query: Vec<(String, String)>,
-        headers: Vec<(String, String)>,
-        body: Vec<u8>,
-    }
-
-    impl Received {
-        fn headers(&self, name: &str) -> Vec<&str> {
-            self.headers
-                .iter()
-                .filter(|(key, _)| key.eq_ignore_ascii_case(name))
-                .map(|(_, value)| value.as_str())
-                .collect()
-        }
-
-        fn header(&self, name: &str) -> Option<&str> {
-            match self.headers(name)[..] {
-                [value] => Some(value),
-                _ => None,
-            }
-        }
-
-        fn query(&self, name: &str) -> Option<&str> {
-            self.query
-                .iter()
-                .find(|(key, _)| key == name)
-                .map(|(_, value)| value.as_str())
-        }
-
-        fn json(&self) -> Value {
-            serde_json::from_slice(&self.body).unwrap()
-        }
-    }
-
-    /// How the fake GitHub misbehaves on a request.
-    #[derive(Clone, Debug)]
-    enum Fault {
-        /// Answer this status with a GitHub-like error body.
-        Status(u16),
-        /// Answer this status with these headers (rate limits).
-        StatusWith(u16, Vec<(&'static str, String)>),
-        /// Close the connection without answering.
-        Drop,
-        /// Answer normally, this much later.
-        Delay(Duration),
-    }
-
-    #[derive(Default)]
-    struct ServerState {
-        received: Vec<Received>,
-        /// Why a request would not pass GitHub's REST API as documented.
-        violations: Vec<String>,
-        /// One for each of the next requests.
-        faults: VecDeque<Fault>,
-        /// For every request once `faults` is empty.
-        always: Option<Fault>,
-        /// Each hook's deliveries (by hook path), a page each, newest first.
-        hooks: HashMap<String, Vec<Vec<Value>>>,
-    }
-
-    /// A local stand-in for the GitHub REST API: it checks each request
-    /// against the documented API, records it and answers as GitHub does,
-    /// or fails on purpose.
-    struct FakeGitHub {
-        url: String,
-        state: Arc<Mutex<ServerState>>,
-        task: tokio::task::JoinHandle<()>,
-    }
-
-    impl Drop for FakeGitHub {
-        fn drop(&mut self) {
-            self.task.abort();
-        }
-    }
-
-    impl FakeGitHub {
-        async fn start() -> FakeGitHub {
-            let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-            let url = format!("http://{}", listener.local_addr().unwrap());
-            let state = Arc::new(Mutex::new(ServerState::default()));
-            let task = tokio::spawn(serve(listener, state.clone(), url.clone()));
-            FakeGitHub { url, state, task }
-        }
-
-        fn state(&self) -> std::sync::MutexGuard<'_, ServerState> {
-            self.state.lock().unwrap()
-        }
-
-        fn fail_next(&self, faults: impl IntoIterator<Item = Fault>) {
-            self.state().faults.extend(faults);
-        }
-
-        fn fail_always(&self, fault: Fault) {
-            self.state().always = Some(fault);
-        }
-
-        fn received(&self) -> Vec<Received> {
-            self.state().received.clone()
-        }
-
-        fn received_on(&self, method: &str, suffix: &str) -> Vec<Received> {
-            self.received()
-                .into_iter()
-                .filter(|r| r.method == method && r.path.ends_with(suffix))
-                .collect()
-        }
-
-        fn violations(&self) -> Vec<String> {
-            self.state().violations.clone()
-        }
-
-        fn settings(&self) -> GitHubSettings {
-            GitHubSettings {
-                api_url: self.url.clone(),
-                token: TOKEN.into(),
-                retry_initial: Duration::from_millis(10),
-                retry_budget: Duration::from_secs(5),
-                ..GitHubSettings::default()
-            }
-        }
-    }
-
-    async fn serve(listener: TcpListener, state: Arc<Mutex<ServerState>>, url: String) {
-        while let Ok((stream, _)) = listener.accept().await {
-            tokio::spawn(connection(stream, state.clone(), url.clone()));
-        }
-    }
-
-    async fn connection(stream: TcpStream, state: Arc<Mutex<ServerState>>, url: String) {
-        let mut stream = BufReader::new(stream);
-        while let Some(request) = read_request(&mut stream).await {
-            let fault = {
-                let mut state = state.lock().unwrap();
-                state.faults.pop_front().or_else(|| state.always.clone())
-            };
-            // A slow request is taken in (recorded) only after its delay, as
-            // a slow GitHub would: a later request that does not wait for
-            // it would be recorded first.
-            if let Some(Fault::Delay(delay)) = fault {
-                tokio::time::sleep(delay).await;
-            }
-            let reply = {
-                let mut state = state.lock().unwrap();
-                answer(&mut state, &url, request, fault)
-            };
-            let Some((code, headers, body)) = reply else {
-                return; // Fault::Drop
-            };
-            let mut head = format!(
-                "HTTP/1.1 {code} {}\r\ncontent-type: application/json; charset=utf-8\r\n\
-                 content-length: {}\r\nx-github-media-type: github.v3; format=json\r\n",
-                StatusCode::from_u16(code)
-                    .unwrap()
-                    .canonical_reason()
-                    .unwrap_or(""),
-                body.len()
-            );
-            for (name, value) in headers {
-                head.push_str(&format!("{name}: {value}\r\n"));
-            }
-            head.push_str("\r\n");
-            let stream = stream.get_mut();
-            if stream.write_all(head.as_bytes()).await.is_err()
-                || stream.write_all(body.as_bytes()).await.is_err()
-            {
-                return;
-            }
-        }
-    }
-
-    /// One HTTP/1.1 request with a `Content-Length` body, or `None` at the
-    /// end of the connection.
-    async fn read_request(stream: &mut BufReader<TcpStream>) -> Option<Received> {
-        let mut line = String::new();
-        stream.read_line(&mut line).await.ok()?;
-        let mut parts = line.split_whitespace();
-        let (method, target) = (parts.next()?.to_owned(), parts.next()?.to_owned());
-        let mut headers = Vec::new();
-        loop {
-            let mut line = String::new();
-            stream.read_line(&mut line).await.ok()?;
-            let line = line.trim_end();
-            if line.is_empty() {
-                break;
-            }
-            let (name, value) = line.split_once(':')?;
-            headers.push((name.trim().to_owned(), value.trim().to_owned()));
-        }
-        let length = headers
-            .iter()
-            .find(|(name, _)| name.eq_ignore_ascii_case("content-length"))
-            .map_or(0, |(_, value)| value.parse::<usize>().unwrap());
-        let mut body = vec![0; length];
-        stream.read_exact(&mut body).await.ok()?;
-        let (path, query) = target.split_once('?').unwrap_or((&target, ""));
-        let query = query
-            .split('&')
-            .filter(|pair| !pair.is_empty())
-            .map(|pair| {
-                let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-                (key.to_owned(), value.to_owned())
-            })
-            .collect();
-        Some(Received {
-            method,
-            path: path.to_owned(),
-            query,
-            headers,
-            body,
-        })
-    }
-
-    type Reply = Option<(u16, Vec<(&'static str, String)>, String)>;
-
-    fn error_body(message: &str) -> String {
-        json!({
-            "message": message,
-            "documentation_url": "https://docs.github.com/rest",
-        })
-        .to_string()
-    }
-
-    /// Checks `request` against GitHub's REST API and answers it.
-    fn answer(
-        state: &mut ServerState,
-        url: &str,
-        request: Received,
-        fault: Option<Fault>,
-    ) -> Reply {
-        state.received.push(request.clone());
-        let mut violations = Vec::new();
-        if request.headers("authorization") != [format!("Bearer {TOKEN}")] {
-            violations.push("authorization is not one `Bearer <token>`".to_owned());
-        }
-        if request.header("accept") != Some("application/vnd.github+json") {
-            violations.push(format!("accept is {:?}", request.headers("accept")));
-        }
-        if request.header("x-github-api-version") != Some(API_VERSION) {
-            violations.push(format!(
-                "x-github-api-version is {:?}",
-                request.headers("x-github-api-version")
-            ));
-        }
-        if request.header("user-agent").is_none_or(str::is_empty) {
-            violations.push("no single user-agent".to_owned());
-        }
-        if request.header("host").is_none() {
-            violations.push("no host".to_owned());
-        }
-        let reply = match fault {
-            Some(Fault::Drop) => None,
-            Some(Fault::Status(code)) => {
-                let message = match code {
-                    422 => "Validation Failed",
-                    500 => "Internal Server Error",
-                    _ => "Server Error",
-                };
-                Some((code, vec![], error_body(message)))
-            }
-            Some(Fault::StatusWith(code, headers)) => {
-                Some((code, headers, error_body("API rate limit exceeded")))
-            }
-            Some(Fault::Delay(_)) | None => Some(route(state, url, &request, &mut violations)),
-        };
-        if violations.is_empty() {
-            return reply;
-        }
-        let message = violations.join("; ");
-        state
-            .violations
-            .push(format!("{} {}: {message}", request.method, request.path));
-        Some((400, vec![], error_body(&message)))
-    }
-
-    fn route(
-        state: &ServerState,
-        url: &str,
-        request: &Received,
-        violations: &mut Vec<String>,
-    ) -> (u16, Vec<(&'static str, String)>, String) {
-        let segments: Vec<&str> = request.path.trim_start_matches('/').split('/').collect();
-        let not_found = (404, vec![], error_body("Not Found"));
-        match (request.method.as_str(), &segments[..]) {
-            // https://docs.github.com/rest/commits/statuses#create-a-commit-status
-            ("POST", ["repos", owner, repo, "statuses", sha]) => {
-                check_status_body(request, violations);
-                if sha.len() != 40 || !sha.bytes().all(|b| b.is_ascii_hexdigit()) {
-                    return (422, vec![], error_body("No commit found for SHA"));
-                }
-                let body = request.json();
-                let location = format!("{url}/repos/{owner}/{repo}/statuses/{sha}");
-                let status = json!({
-                    "url": location,
-                    "avatar_url": "https://github.com/images/error/hubot_happy.gif",
-                    "id": state.received.len(),
-                    "node_id": "MDY6U3RhdHVzMQ==",
-                    "state": body["state"],
-                    "description": body["description"],
-                    "target_url": body.get("target_url").cloned().unwrap_or(Value::Null),
-                    "context": body["context"],
-                    "created_at": Timestamp::now().to_string(),
-                    "updated_at": Timestamp::now().to_string(),
-                });
-                (201, vec![("location", location)], status.to_string())
-            }
-            // https://docs.github.com/rest/repos/webhooks#list-deliveries-for-a-repository-webhook
-            ("GET", [.., "hooks", _, "deliveries"]) => {
-                check_empty_body(request, violations);
-                if let Some(per_page) = request.query("per_page")
-                    && per_page
-                        .parse::<u32>()
-                        .ok()
-                        .is_none_or(|n| n == 0 || n > 100)
-                {
-                    violations.push(format!("per_page {per_page} is not 1..=100"));
-                }
-                let hook = request.path.trim_end_matches("/deliveries");
-                let Some(pages) = state.hooks.get(hook) else {
-                    return not_found;
-                };
-                let page = match request.query("cursor") {
-                    None => 0,
-                    Some(cursor) => match cursor.strip_prefix("v1_").map(str::parse::<usize>) {
-                        Some(Ok(page)) => page,
-                        _ => return (400, vec![], error_body("Bad cursor")),
-                    },
-                };
-                let items = pages.get(page).cloned().unwrap_or_default();
-                let mut headers = vec![];
-                if page + 1 < pages.len() {
-                    let next = format!(
-                        "<{url}{hook}/deliveries?per_page={}&cursor=v1_{}>; rel=\"next\"",
-                        request.query("per_page").unwrap_or("30"),
-                        page + 1
-                    );
-                    headers.push(("link", next));
-                }
-                (200, headers, Value::Array(items).to_string())
-            }
-            // https://docs.github.com/rest/repos/webhooks#redeliver-a-delivery-for-a-repository-webhook
-            ("POST", [.., "hooks", _, "deliveries", id, "attempts"]) => {
-                check_empty_body(request, violations);
-                let hook = request.path.split("/deliveries/").next().unwrap();
-                let known = state.hooks.get(hook).is_some_and(|pages| {
-                    pages
-                        .iter()
-                        .flatten()
-                        .any(|delivery| delivery["id"].as_u64() == id.parse().ok())
-                });
-                if !known {
-                    return not_found;
-                }
-                (202, vec![], "{}".into())
-            }
-            _ => {
-                violations.push("no such endpoint".into());
-                not_found
-            }
-        }
-    }
-
-    fn check_empty_body(request: &Received, violations: &mut Vec<String>) {
-        if !request.body.is_empty() {
-            violations.push("a body where the API takes none".into());
-        }
-    }
-
-    fn check_status_body(request: &Received, violations: &mut Vec<String>) {
-        if request.header("content-type") != Some("application/json") {
-            violations.push(format!(
-                "content-type {:?}",
-                request.headers("content-type")
-            ));
-        }
-        let Ok(Value::Object(body)) = serde_json::from_slice::<Value>(&request.body) else {
-            violations.push("the body is not a JSON object".into());
-            return;
-        };
-        let known: HashSet<&str> = ["state", "target_url", "description", "context"].into();
-        for key in body.keys() {
-            if !known.contains(key.as_str()) {
-                violations.push(format!("unknown field {key}"));
-            }
-        }
-        match body.get("state").and_then(Value::as_str) {
-            Some("pending" | "success" | "failure" | "error") => {}
-            state => violations.push(format!("state {state:?}")),
-        }
-        match body.get("context").and_then(Value::as_str) {
-            Some(context) if !context.is_empty() => {}
-            context => violations.push(format!("context {context:?}")),
-        }
-        match body.get("description") {
-            None | Some(Value::Null) => {}
-            Some(Value::String(text)) if text.chars().count() <= DESCRIPTION_LIMIT => {}
-            Some(other) => violations.push(format!("description {other}")),
-        }
-        match body.get("target_url") {
-            None | Some(Value::Null) | Some(Value::String(_)) => {}
-            Some(other) => violations.push(format!("target_url {other}")),
+    /// Settings that reach the fake, with quick retries.
+    fn settings(github: &FakeGitHub) -> GitHubSettings {
+        GitHubSettings {
+            api_url: github.url.clone(),
+            token: TOKEN.into(),
+            retry_initial: Duration::from_millis(10),
+            retry_budget: Duration::from_secs(5),
+            ..GitHubSettings::default()
         }
     }
 
@@ -1633,7 +1239,7 @@ mod tests {
         // Were the two posts not serialized, `success` would overtake the
         // slow `pending`.
         github.fail_next([Fault::Delay(Duration::from_millis(300))]);
-        let statuses = CommitStatuses::new(&github.settings()).unwrap();
+        let statuses = CommitStatuses::new(&settings(&github)).unwrap();
         statuses.spawn_post(status(State::Pending, "syncing to 0123456"));
         statuses.spawn_post(status(State::Success, "synced 12 objects"));
         eventually("two posted statuses", || statuses.posted() == 2).await;
@@ -1664,7 +1270,7 @@ mod tests {
     async fn server_errors_and_dropped_connections_are_retried() {
         let github = FakeGitHub::start().await;
         github.fail_next([Fault::Status(502), Fault::Drop, Fault::Status(502)]);
-        let statuses = CommitStatuses::new(&github.settings()).unwrap();
+        let statuses = CommitStatuses::new(&settings(&github)).unwrap();
         statuses.spawn_post(status(State::Failure, "bad YAML in app.yaml"));
         eventually("the status posted", || statuses.posted() == 1).await;
 
@@ -1679,7 +1285,7 @@ mod tests {
         github.fail_always(Fault::Status(500));
         let statuses = CommitStatuses::new(&GitHubSettings {
             retry_budget: Duration::from_millis(300),
-            ..github.settings()
+            ..settings(&github)
         })
         .unwrap();
         let started = Instant::now();
@@ -1700,7 +1306,7 @@ mod tests {
     async fn validation_errors_are_not_retried() {
         let github = FakeGitHub::start().await;
         github.fail_next([Fault::Status(422)]);
-        let statuses = CommitStatuses::new(&github.settings()).unwrap();
+        let statuses = CommitStatuses::new(&settings(&github)).unwrap();
         let error = statuses
             .post(&status(State::Success, "synced"))
             .await
@@ -1726,7 +1332,7 @@ mod tests {
                 ],
             ),
         ]);
-        let statuses = CommitStatuses::new(&github.settings()).unwrap();
+        let statuses = CommitStatuses::new(&settings(&github)).unwrap();
         statuses
             .post(&status(State::Success, "synced"))
             .await
@@ -1764,7 +1370,7 @@ mod tests {
     #[tokio::test]
     async fn invalid_statuses_are_refused_before_any_request() {
         let github = FakeGitHub::start().await;
-        let statuses = CommitStatuses::new(&github.settings()).unwrap();
+        let statuses = CommitStatuses::new(&settings(&github)).unwrap();
         for invalid in [
             CommitStatus {
                 sha: "0123456".into(),
@@ -1791,7 +1397,7 @@ mod tests {
     #[tokio::test]
     async fn the_token_never_shows() {
         let github = FakeGitHub::start().await;
-        let settings = github.settings();
+        let settings = settings(&github);
         let debug = format!("{settings:?}");
         assert!(!debug.contains(TOKEN), "{debug}");
         assert!(debug.contains("<redacted>"), "{debug}");
@@ -1926,7 +1532,7 @@ mod tests {
     #[tokio::test]
     async fn long_descriptions_are_cut_before_posting() {
         let github = FakeGitHub::start().await;
-        let statuses = CommitStatuses::new(&github.settings()).unwrap();
+        let statuses = CommitStatuses::new(&settings(&github)).unwrap();
         let long = format!("error: {}\ncaused by: {}", "x".repeat(150), "y".repeat(50));
         statuses.post(&status(State::Error, &long)).await.unwrap();
 
@@ -1997,24 +1603,6 @@ mod tests {
         assert_eq!(next_link(&headers), None);
     }
 
-    fn delivery(id: u64, guid: &str, code: i64, minutes_ago: i64, redelivery: bool) -> Value {
-        let at = Timestamp::now() - jiff::SignedDuration::from_mins(minutes_ago);
-        json!({
-            "id": id,
-            "guid": guid,
-            "delivered_at": at.strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
-            "redelivery": redelivery,
-            "duration": 0.27,
-            "status": if code == 200 { "OK".to_owned() } else { format!("Invalid HTTP Response: {code}") },
-            "status_code": code,
-            "event": "push",
-            "action": null,
-            "installation_id": null,
-            "repository_id": 1296269,
-            "throttled_at": null,
-        })
-    }
-
     #[tokio::test]
     async fn failed_deliveries_are_redelivered_once() {
         let github = FakeGitHub::start().await;
@@ -2037,7 +1625,7 @@ mod tests {
         );
         let redelivery = Redelivery::new(&GitHubSettings {
             hooks: vec!["acme/deploy:42".parse().unwrap()],
-            ..github.settings()
+            ..settings(&github)
         })
         .unwrap();
 
@@ -2078,7 +1666,7 @@ mod tests {
         );
         let redelivery = Redelivery::new(&GitHubSettings {
             hooks: vec!["orgs/acme:7".parse().unwrap()],
-            ..github.settings()
+            ..settings(&github)
         })
         .unwrap();
         let report = redelivery.run_once().await.unwrap();
@@ -2097,7 +1685,7 @@ mod tests {
         );
         let redelivery = Redelivery::new(&GitHubSettings {
             hooks: vec!["acme/deploy:42".parse().unwrap()],
-            ..github.settings()
+            ..settings(&github)
         })
         .unwrap();
         // The listing answers, the redelivery is refused.
@@ -2123,7 +1711,7 @@ mod tests {
                 "acme/deploy:999".parse().unwrap(),
                 "acme/deploy:42".parse().unwrap(),
             ],
-            ..github.settings()
+            ..settings(&github)
         })
         .unwrap();
         let error = redelivery.run_once().await.unwrap_err();
@@ -2147,7 +1735,7 @@ mod tests {
         );
         let redelivery = Redelivery::new(&GitHubSettings {
             hooks: vec!["acme/deploy:42".parse().unwrap()],
-            ..github.settings()
+            ..settings(&github)
         })
         .unwrap();
         let (stop, shutdown) = watch::channel(false);

@@ -3,3 +3,4 @@
 
 pub mod events;
 pub mod github;
+pub mod sync_status;

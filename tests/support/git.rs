@@ -79,6 +79,70 @@ impl GitRepo {
     }
 }
 
+/// A repository served over plain ("dumb") HTTP on loopback as
+/// `http://127.0.0.1:PORT/<owner>/<repo>.git`, the shape of a GitHub URL; the
+/// server stops when this is dropped.
+pub struct HttpGit {
+    pub url: String,
+    server: std::process::Child,
+    _root: tempfile::TempDir,
+}
+
+impl Drop for HttpGit {
+    fn drop(&mut self) {
+        let _ = self.server.kill();
+        let _ = self.server.wait();
+    }
+}
+
+impl GitRepo {
+    /// Serves the bare repository over HTTP (python3's http.server) as
+    /// `owner/repo`; each later push updates what the server offers.
+    pub fn serve_http(&self, owner: &str, repo: &str) -> HttpGit {
+        let hook = self.bare.join("hooks/post-update");
+        std::fs::write(&hook, "#!/bin/sh\nexec git update-server-info\n").unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
+        git(&self.bare, &["update-server-info"]);
+        let root = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(root.path().join(owner)).unwrap();
+        std::os::unix::fs::symlink(
+            &self.bare,
+            root.path().join(owner).join(format!("{repo}.git")),
+        )
+        .unwrap();
+        let port = super::process::free_port();
+        let server = Command::new("python3")
+            .args([
+                "-m",
+                "http.server",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+            ])
+            .arg("--directory")
+            .arg(root.path())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("python3 is installed");
+        let url = format!("http://127.0.0.1:{port}/{owner}/{repo}.git");
+        let started = std::time::Instant::now();
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                started.elapsed() < std::time::Duration::from_secs(20),
+                "python3 -m http.server did not listen on {port}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        HttpGit {
+            url,
+            server,
+            _root: root,
+        }
+    }
+}
+
 impl Default for GitRepo {
     fn default() -> Self {
         Self::new()

@@ -7,6 +7,7 @@
 
 pub mod app;
 pub mod git;
+pub mod github;
 pub mod process;
 
 use std::future::Future;

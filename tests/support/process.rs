@@ -147,6 +147,23 @@ pub fn post(
     (code.trim().parse().unwrap_or(0), body.to_string())
 }
 
+/// The value of the first sample line that starts with `prefix`.
+pub fn sample(metrics: &str, prefix: &str) -> Option<f64> {
+    metrics
+        .lines()
+        .find(|line| line.starts_with(prefix))
+        .and_then(|line| line.rsplit(' ').next())
+        .and_then(|value| value.parse().ok())
+}
+
+/// The `/metrics` text of the process whose metrics listen on `port`.
+pub fn scrape(port: u16) -> Result<String, String> {
+    match post(port, "/metrics", &[], "", "GET") {
+        (200, body) => Ok(body),
+        (code, body) => Err(format!("{code} {body}")),
+    }
+}
+
 /// `sha256=<hex>` of the body, as GitHub signs it.
 pub fn github_signature(secret: &str, body: &str) -> String {
     let mut mac = Hmac::<Sha256>::new_from_slice(secret.as_bytes()).unwrap();

@@ -1,0 +1,439 @@
+//! A local stand-in for the GitHub REST API, for the tests of commit
+//! statuses and webhook redelivery (GitHub itself cannot be reached from
+//! here). Each request is checked against the documented API (headers, the
+//! token, paths, bodies) and recorded; what breaks the documentation is kept
+//! as a violation and answered 400, as GitHub would refuse it. It can fail
+//! on purpose: an error status, rate limits, a dropped connection, a delay.
+//!
+//! Shared by the unit tests of `src/report/github.rs` (through `#[path]`)
+//! and the integration tests, which run `setpoint` against it.
+#![allow(dead_code)]
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use http::StatusCode;
+use jiff::Timestamp;
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{TcpListener, TcpStream};
+
+/// The token the fake accepts (`Authorization: Bearer <TOKEN>`).
+pub const TOKEN: &str = "ghp_Test0123456789abcdefSECRET";
+/// The REST API version every request must name.
+pub const API_VERSION: &str = "2022-11-28";
+/// GitHub rejects a longer status description.
+const DESCRIPTION_LIMIT: usize = 140;
+
+/// One request as the fake GitHub received it.
+#[derive(Clone, Debug)]
+pub struct Received {
+    pub method: String,
+    pub path: String,
+    pub query: Vec<(String, String)>,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Received {
+    pub fn headers(&self, name: &str) -> Vec<&str> {
+        self.headers
+            .iter()
+            .filter(|(key, _)| key.eq_ignore_ascii_case(name))
+            .map(|(_, value)| value.as_str())
+            .collect()
+    }
+
+    pub fn header(&self, name: &str) -> Option<&str> {
+        match self.headers(name)[..] {
+            [value] => Some(value),
+            _ => None,
+        }
+    }
+
+    pub fn query(&self, name: &str) -> Option<&str> {
+        self.query
+            .iter()
+            .find(|(key, _)| key == name)
+            .map(|(_, value)| value.as_str())
+    }
+
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).unwrap()
+    }
+}
+
+/// How the fake GitHub misbehaves on a request.
+#[derive(Clone, Debug)]
+pub enum Fault {
+    /// Answer this status with a GitHub-like error body.
+    Status(u16),
+    /// Answer this status with these headers (rate limits).
+    StatusWith(u16, Vec<(&'static str, String)>),
+    /// Close the connection without answering.
+    Drop,
+    /// Answer normally, this much later.
+    Delay(Duration),
+}
+
+#[derive(Default)]
+pub struct ServerState {
+    pub received: Vec<Received>,
+    /// Why a request would not pass GitHub's REST API as documented.
+    pub violations: Vec<String>,
+    /// One for each of the next requests.
+    pub faults: VecDeque<Fault>,
+    /// For every request once `faults` is empty.
+    pub always: Option<Fault>,
+    /// Each hook's deliveries (by hook path), a page each, newest first.
+    pub hooks: HashMap<String, Vec<Vec<Value>>>,
+}
+
+/// A local stand-in for the GitHub REST API: it checks each request
+/// against the documented API, records it and answers as GitHub does,
+/// or fails on purpose.
+pub struct FakeGitHub {
+    pub url: String,
+    state: Arc<Mutex<ServerState>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for FakeGitHub {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl FakeGitHub {
+    pub async fn start() -> FakeGitHub {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let state = Arc::new(Mutex::new(ServerState::default()));
+        let task = tokio::spawn(serve(listener, state.clone(), url.clone()));
+        FakeGitHub { url, state, task }
+    }
+
+    pub fn state(&self) -> std::sync::MutexGuard<'_, ServerState> {
+        self.state.lock().unwrap()
+    }
+
+    pub fn fail_next(&self, faults: impl IntoIterator<Item = Fault>) {
+        self.state().faults.extend(faults);
+    }
+
+    pub fn fail_always(&self, fault: Fault) {
+        self.state().always = Some(fault);
+    }
+
+    pub fn received(&self) -> Vec<Received> {
+        self.state().received.clone()
+    }
+
+    pub fn received_on(&self, method: &str, suffix: &str) -> Vec<Received> {
+        self.received()
+            .into_iter()
+            .filter(|r| r.method == method && r.path.ends_with(suffix))
+            .collect()
+    }
+
+    pub fn violations(&self) -> Vec<String> {
+        self.state().violations.clone()
+    }
+}
+
+async fn serve(listener: TcpListener, state: Arc<Mutex<ServerState>>, url: String) {
+    while let Ok((stream, _)) = listener.accept().await {
+        tokio::spawn(connection(stream, state.clone(), url.clone()));
+    }
+}
+
+async fn connection(stream: TcpStream, state: Arc<Mutex<ServerState>>, url: String) {
+    let mut stream = BufReader::new(stream);
+    while let Some(request) = read_request(&mut stream).await {
+        let fault = {
+            let mut state = state.lock().unwrap();
+            state.faults.pop_front().or_else(|| state.always.clone())
+        };
+        // A slow request is taken in (recorded) only after its delay, as
+        // a slow GitHub would: a later request that does not wait for
+        // it would be recorded first.
+        if let Some(Fault::Delay(delay)) = fault {
+            tokio::time::sleep(delay).await;
+        }
+        let reply = {
+            let mut state = state.lock().unwrap();
+            answer(&mut state, &url, request, fault)
+        };
+        let Some((code, headers, body)) = reply else {
+            return; // Fault::Drop
+        };
+        let mut head = format!(
+            "HTTP/1.1 {code} {}\r\ncontent-type: application/json; charset=utf-8\r\n\
+             content-length: {}\r\nx-github-media-type: github.v3; format=json\r\n",
+            StatusCode::from_u16(code)
+                .unwrap()
+                .canonical_reason()
+                .unwrap_or(""),
+            body.len()
+        );
+        for (name, value) in headers {
+            head.push_str(&format!("{name}: {value}\r\n"));
+        }
+        head.push_str("\r\n");
+        let stream = stream.get_mut();
+        if stream.write_all(head.as_bytes()).await.is_err()
+            || stream.write_all(body.as_bytes()).await.is_err()
+        {
+            return;
+        }
+    }
+}
+
+/// One HTTP/1.1 request with a `Content-Length` body, or `None` at the
+/// end of the connection.
+async fn read_request(stream: &mut BufReader<TcpStream>) -> Option<Received> {
+    let mut line = String::new();
+    stream.read_line(&mut line).await.ok()?;
+    let mut parts = line.split_whitespace();
+    let (method, target) = (parts.next()?.to_owned(), parts.next()?.to_owned());
+    let mut headers = Vec::new();
+    loop {
+        let mut line = String::new();
+        stream.read_line(&mut line).await.ok()?;
+        let line = line.trim_end();
+        if line.is_empty() {
+            break;
+        }
+        let (name, value) = line.split_once(':')?;
+        headers.push((name.trim().to_owned(), value.trim().to_owned()));
+    }
+    let length = headers
+        .iter()
+        .find(|(name, _)| name.eq_ignore_ascii_case("content-length"))
+        .map_or(0, |(_, value)| value.parse::<usize>().unwrap());
+    let mut body = vec![0; length];
+    stream.read_exact(&mut body).await.ok()?;
+    let (path, query) = target.split_once('?').unwrap_or((&target, ""));
+    let query = query
+        .split('&')
+        .filter(|pair| !pair.is_empty())
+        .map(|pair| {
+            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+            (key.to_owned(), value.to_owned())
+        })
+        .collect();
+    Some(Received {
+        method,
+        path: path.to_owned(),
+        query,
+        headers,
+        body,
+    })
+}
+
+type Reply = Option<(u16, Vec<(&'static str, String)>, String)>;
+
+fn error_body(message: &str) -> String {
+    json!({
+        "message": message,
+        "documentation_url": "https://docs.github.com/rest",
+    })
+    .to_string()
+}
+
+/// Checks `request` against GitHub's REST API and answers it.
+fn answer(state: &mut ServerState, url: &str, request: Received, fault: Option<Fault>) -> Reply {
+    state.received.push(request.clone());
+    let mut violations = Vec::new();
+    if request.headers("authorization") != [format!("Bearer {TOKEN}")] {
+        violations.push("authorization is not one `Bearer <token>`".to_owned());
+    }
+    if request.header("accept") != Some("application/vnd.github+json") {
+        violations.push(format!("accept is {:?}", request.headers("accept")));
+    }
+    if request.header("x-github-api-version") != Some(API_VERSION) {
+        violations.push(format!(
+            "x-github-api-version is {:?}",
+            request.headers("x-github-api-version")
+        ));
+    }
+    if request.header("user-agent").is_none_or(str::is_empty) {
+        violations.push("no single user-agent".to_owned());
+    }
+    if request.header("host").is_none() {
+        violations.push("no host".to_owned());
+    }
+    let reply = match fault {
+        Some(Fault::Drop) => None,
+        Some(Fault::Status(code)) => {
+            let message = match code {
+                422 => "Validation Failed",
+                500 => "Internal Server Error",
+                _ => "Server Error",
+            };
+            Some((code, vec![], error_body(message)))
+        }
+        Some(Fault::StatusWith(code, headers)) => {
+            Some((code, headers, error_body("API rate limit exceeded")))
+        }
+        Some(Fault::Delay(_)) | None => Some(route(state, url, &request, &mut violations)),
+    };
+    if violations.is_empty() {
+        return reply;
+    }
+    let message = violations.join("; ");
+    state
+        .violations
+        .push(format!("{} {}: {message}", request.method, request.path));
+    Some((400, vec![], error_body(&message)))
+}
+
+fn route(
+    state: &ServerState,
+    url: &str,
+    request: &Received,
+    violations: &mut Vec<String>,
+) -> (u16, Vec<(&'static str, String)>, String) {
+    let segments: Vec<&str> = request.path.trim_start_matches('/').split('/').collect();
+    let not_found = (404, vec![], error_body("Not Found"));
+    match (request.method.as_str(), &segments[..]) {
+        // https://docs.github.com/rest/commits/statuses#create-a-commit-status
+        ("POST", ["repos", owner, repo, "statuses", sha]) => {
+            check_status_body(request, violations);
+            if sha.len() != 40 || !sha.bytes().all(|b| b.is_ascii_hexdigit()) {
+                return (422, vec![], error_body("No commit found for SHA"));
+            }
+            let body = request.json();
+            let location = format!("{url}/repos/{owner}/{repo}/statuses/{sha}");
+            let status = json!({
+                "url": location,
+                "avatar_url": "https://github.com/images/error/hubot_happy.gif",
+                "id": state.received.len(),
+                "node_id": "MDY6U3RhdHVzMQ==",
+                "state": body["state"],
+                "description": body["description"],
+                "target_url": body.get("target_url").cloned().unwrap_or(Value::Null),
+                "context": body["context"],
+                "created_at": Timestamp::now().to_string(),
+                "updated_at": Timestamp::now().to_string(),
+            });
+            (201, vec![("location", location)], status.to_string())
+        }
+        // https://docs.github.com/rest/repos/webhooks#list-deliveries-for-a-repository-webhook
+        ("GET", [.., "hooks", _, "deliveries"]) => {
+            check_empty_body(request, violations);
+            if let Some(per_page) = request.query("per_page")
+                && per_page
+                    .parse::<u32>()
+                    .ok()
+                    .is_none_or(|n| n == 0 || n > 100)
+            {
+                violations.push(format!("per_page {per_page} is not 1..=100"));
+            }
+            let hook = request.path.trim_end_matches("/deliveries");
+            let Some(pages) = state.hooks.get(hook) else {
+                return not_found;
+            };
+            let page = match request.query("cursor") {
+                None => 0,
+                Some(cursor) => match cursor.strip_prefix("v1_").map(str::parse::<usize>) {
+                    Some(Ok(page)) => page,
+                    _ => return (400, vec![], error_body("Bad cursor")),
+                },
+            };
+            let items = pages.get(page).cloned().unwrap_or_default();
+            let mut headers = vec![];
+            if page + 1 < pages.len() {
+                let next = format!(
+                    "<{url}{hook}/deliveries?per_page={}&cursor=v1_{}>; rel=\"next\"",
+                    request.query("per_page").unwrap_or("30"),
+                    page + 1
+                );
+                headers.push(("link", next));
+            }
+            (200, headers, Value::Array(items).to_string())
+        }
+        // https://docs.github.com/rest/repos/webhooks#redeliver-a-delivery-for-a-repository-webhook
+        ("POST", [.., "hooks", _, "deliveries", id, "attempts"]) => {
+            check_empty_body(request, violations);
+            let hook = request.path.split("/deliveries/").next().unwrap();
+            let known = state.hooks.get(hook).is_some_and(|pages| {
+                pages
+                    .iter()
+                    .flatten()
+                    .any(|delivery| delivery["id"].as_u64() == id.parse().ok())
+            });
+            if !known {
+                return not_found;
+            }
+            (202, vec![], "{}".into())
+        }
+        _ => {
+            violations.push("no such endpoint".into());
+            not_found
+        }
+    }
+}
+
+fn check_empty_body(request: &Received, violations: &mut Vec<String>) {
+    if !request.body.is_empty() {
+        violations.push("a body where the API takes none".into());
+    }
+}
+
+fn check_status_body(request: &Received, violations: &mut Vec<String>) {
+    if request.header("content-type") != Some("application/json") {
+        violations.push(format!(
+            "content-type {:?}",
+            request.headers("content-type")
+        ));
+    }
+    let Ok(Value::Object(body)) = serde_json::from_slice::<Value>(&request.body) else {
+        violations.push("the body is not a JSON object".into());
+        return;
+    };
+    let known: HashSet<&str> = ["state", "target_url", "description", "context"].into();
+    for key in body.keys() {
+        if !known.contains(key.as_str()) {
+            violations.push(format!("unknown field {key}"));
+        }
+    }
+    match body.get("state").and_then(Value::as_str) {
+        Some("pending" | "success" | "failure" | "error") => {}
+        state => violations.push(format!("state {state:?}")),
+    }
+    match body.get("context").and_then(Value::as_str) {
+        Some(context) if !context.is_empty() => {}
+        context => violations.push(format!("context {context:?}")),
+    }
+    match body.get("description") {
+        None | Some(Value::Null) => {}
+        Some(Value::String(text)) if text.chars().count() <= DESCRIPTION_LIMIT => {}
+        Some(other) => violations.push(format!("description {other}")),
+    }
+    match body.get("target_url") {
+        None | Some(Value::Null) | Some(Value::String(_)) => {}
+        Some(other) => violations.push(format!("target_url {other}")),
+    }
+}
+
+/// One item of a hook's deliveries as GitHub lists them: `code` is what
+/// the receiver answered (0: not reached), `minutes_ago` when.
+pub fn delivery(id: u64, guid: &str, code: i64, minutes_ago: i64, redelivery: bool) -> Value {
+    let at = Timestamp::now() - jiff::SignedDuration::from_mins(minutes_ago);
+    json!({
+        "id": id,
+        "guid": guid,
+        "delivered_at": at.strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
+        "redelivery": redelivery,
+        "duration": 0.27,
+        "status": if code == 200 { "OK".to_owned() } else { format!("Invalid HTTP Response: {code}") },
+        "status_code": code,
+        "event": "push",
+        "action": null,
+        "installation_id": null,
+        "repository_id": 1296269,
+        "throttled_at": null,
+    })
+}

@@ -69,10 +69,11 @@ lint:
 	cargo clippy --all-targets -- -D warnings
 
 ## Everything: format, lints, unit and integration tests against the real
-## control plane and RabbitMQ.
+## control plane and RabbitMQ. The benchmarks are compiled (clippy
+## --all-targets) but run only by `make bench`, in release mode.
 test: up lint
 	@echo "[test] cargo test against $$(grep server: $(KUBECONFIG) | awk '{print $$2}') and amqp://127.0.0.1:5672"
-	cargo test --all-targets
+	cargo test --lib --bins --tests
 
 ## Benchmarks against the real control plane and RabbitMQ (release build).
 bench: up

@@ -426,7 +426,7 @@ async fn split_roles(workers: usize, apps: usize) {
         .map(|w| format!("{:.0}", peak_memory_mib(w.child.id())))
         .collect();
     println!(
-        "split roles, {workers} worker process(es): {apps} apps first-synced in {:.1} s = {:.0} reconciles/s; peak RSS per worker {} MiB, webhook {:.0} MiB",
+        "  split roles, {workers} worker process(es): {apps} apps first-synced in {:.1} s = {:.0} reconciles/s; peak RSS per worker {} MiB, webhook {:.0} MiB",
         took.as_secs_f64(),
         apps as f64 / took.as_secs_f64(),
         memory.join(", "),

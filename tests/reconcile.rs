@@ -612,3 +612,57 @@ async fn setpoint_diff_exits_1_on_drift_and_0_in_sync() {
         .unwrap();
     assert_eq!(live["key"], "by-hand", "diff changes nothing");
 }
+
+#[tokio::test]
+async fn a_reconcile_from_a_stale_read_cannot_undo_a_newer_status() {
+    let ns = TestNamespace::new("stale").await;
+    install_crd(&ns.client).await;
+    let (ctx, _cache) = context().await;
+    let repo = GitRepo::new();
+    let first = repo
+        .write("app/cm.yaml", &configmap_yaml("settings", "1"))
+        .commit("one");
+    create_app(&ns, "app", &repo.url(), "app", automated(true, true)).await;
+    reconcile_app(&ctx, &ns, "app", &Request::default())
+        .await
+        .unwrap();
+    // A second writer (a manual sync, another process) read the
+    // Application here, and is slow.
+    let stale = get_app(&ns, "app").await;
+    let second = repo
+        .write("app/cm.yaml", &configmap_yaml("settings", "2"))
+        .commit("two");
+    reconcile_app(&ctx, &ns, "app", &Request::default())
+        .await
+        .unwrap();
+    let history = |app: &setpoint::api::Application| -> Vec<String> {
+        let status = app.status.clone().unwrap_or_default();
+        status.history.iter().map(|h| h.revision.clone()).collect()
+    };
+    assert_eq!(
+        history(&get_app(&ns, "app").await),
+        [second.clone(), first.clone()]
+    );
+
+    // Its status, built on what it read, would drop the second sync from the
+    // history: the API server refuses it.
+    let error = setpoint::reconcile::reconcile(&ctx, &stale, &Request::default())
+        .await
+        .unwrap_err();
+    assert!(error.is_status_conflict(), "{error}");
+    assert!(error.is_transient());
+    assert_eq!(
+        history(&get_app(&ns, "app").await),
+        [second.clone(), first.clone()]
+    );
+
+    // As workers and the CLI reconcile: again on a fresh read.
+    let outcome = setpoint::reconcile::reconcile_current(&ctx, &stale, &Request::default())
+        .await
+        .unwrap()
+        .expect("the Application exists");
+    assert_eq!(outcome.revision.as_deref(), Some(second.as_str()));
+    let now = get_app(&ns, "app").await;
+    assert_eq!(history(&now), [second.clone(), first.clone()]);
+    assert_eq!(now.status.unwrap().sync.status, Sync::Synced);
+}

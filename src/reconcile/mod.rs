@@ -84,6 +84,12 @@ impl ReconcileError {
         }
     }
 
+    /// The status was not written because the Application changed since it
+    /// was read: reconcile it again as it is now.
+    pub fn is_status_conflict(&self) -> bool {
+        matches!(self, ReconcileError::WriteStatus { source: kube::Error::Api(s), .. } if s.code == 409)
+    }
+
     /// The condition reason and Event reason.
     pub fn reason(&self) -> &'static str {
         match self {
@@ -184,6 +190,47 @@ async fn render(
         .await?;
     let manifests = ctx.renderers.render(&job, key, &tree.files).await?;
     Ok(manifests.as_ref().clone())
+}
+
+/// How often a reconcile starts over on a fresh read of its Application
+/// whose status it could not write because another writer (a manual sync, a
+/// spec edit) changed it meanwhile.
+const STATUS_CONFLICT_ATTEMPTS: u32 = 5;
+
+/// Reconciles `app`; when its status cannot be written because the
+/// Application changed since it was read, reads it again and reconciles
+/// that (the apply is idempotent, so nothing is done twice). `Ok(None)`
+/// when the Application was deleted meanwhile.
+pub async fn reconcile_current(
+    ctx: &Context,
+    app: &Application,
+    request: &Request,
+) -> Result<Option<Outcome>, ReconcileError> {
+    let mut attempt = 1;
+    let mut result = reconcile(ctx, app, request).await;
+    while attempt < STATUS_CONFLICT_ATTEMPTS
+        && result
+            .as_ref()
+            .is_err_and(ReconcileError::is_status_conflict)
+    {
+        attempt += 1;
+        let api: Api<Application> = Api::namespaced(
+            ctx.client.clone(),
+            app.metadata.namespace.as_deref().unwrap_or("default"),
+        );
+        let fresh = match api.get_opt(&app.name_any()).await {
+            Ok(Some(fresh)) => fresh,
+            Ok(None) => return Ok(None),
+            // Keep the conflict: it is transient, the caller retries.
+            Err(_) => break,
+        };
+        tracing::debug!(
+            attempt,
+            "the Application changed while reconciling; again on a fresh read"
+        );
+        result = reconcile(ctx, &fresh, request).await;
+    }
+    result.map(Some)
 }
 
 /// One reconcile of one Application.
@@ -447,6 +494,13 @@ fn commit_status_ending(
     result: &Result<Outcome, ReconcileError>,
 ) {
     let Some(revision) = revision else { return };
+    if result
+        .as_ref()
+        .is_err_and(ReconcileError::is_status_conflict)
+    {
+        // Reconciled again on a fresh read (`reconcile_current`), which ends it.
+        return;
+    }
     let Some(statuses) = commit_statuses(ctx, app, request, revision) else {
         return;
     };
@@ -627,9 +681,14 @@ async fn write_status(
         app.metadata.namespace.as_deref().unwrap_or("default"),
     );
     let name = app.metadata.name.as_deref().unwrap_or_default();
+    // The status was built from the Application as read (its history, the
+    // conditions' transition times): written only onto that version, so a
+    // writer that read it earlier cannot undo what another wrote since
+    // (409, and `reconcile_current` reads it again).
     let patch = json!({
         "apiVersion": "setpoint.dev/v1alpha1",
         "kind": "Application",
+        "metadata": { "resourceVersion": app.metadata.resource_version },
         "status": status,
     });
     api.patch_status(

@@ -247,14 +247,8 @@ async fn reconcile_in_span(shared: &Shared, app: &AppKey, batch: &Slot) -> Settl
     };
     shared.record_line("start", app);
     let started = std::time::Instant::now();
-    let result = reconcile::reconcile_current(&shared.ctx, &application, &request).await;
+    let result = reconcile::reconcile(&shared.ctx, &application, &request).await;
     shared.record_line("end", app);
-    let result = match result {
-        Ok(Some(outcome)) => Ok(outcome),
-        // Deleted while it was being reconciled.
-        Ok(None) => return Settled::Done { requeue: false },
-        Err(error) => Err(error),
-    };
     let metrics = &shared.ctx.metrics;
     let took = started.elapsed();
     match &result {

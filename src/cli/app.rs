@@ -154,12 +154,8 @@ pub async fn run(command: AppCommand, cache_dir: &std::path::Path) -> anyhow::Re
                 manual: true,
                 ..Default::default()
             };
-            match reconcile::reconcile_current(&ctx, &application, &request).await {
-                Ok(None) => {
-                    eprintln!("error: Application {namespace}/{name} was deleted");
-                    Ok(2)
-                }
-                Ok(Some(outcome)) => {
+            match reconcile::reconcile(&ctx, &application, &request).await {
+                Ok(outcome) => {
                     super::print_outcome(&format!("{namespace}/{name}"), &outcome);
                     Ok(0)
                 }

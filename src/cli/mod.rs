@@ -150,12 +150,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
                 manual: sync,
                 ..Default::default()
             };
-            match reconcile::reconcile_current(&ctx, &application, &request).await {
-                Ok(None) => {
-                    eprintln!("error: Application {app} was deleted");
-                    Ok(2)
-                }
-                Ok(Some(outcome)) => {
+            match reconcile::reconcile(&ctx, &application, &request).await {
+                Ok(outcome) => {
                     print_outcome(&app, &outcome);
                     Ok(0)
                 }

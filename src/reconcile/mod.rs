@@ -84,12 +84,6 @@ impl ReconcileError {
         }
     }
 
-    /// The status was not written because the Application changed since it
-    /// was read: reconcile it again as it is now.
-    pub fn is_status_conflict(&self) -> bool {
-        matches!(self, ReconcileError::WriteStatus { source: kube::Error::Api(s), .. } if s.code == 409)
-    }
-
     /// The condition reason and Event reason.
     pub fn reason(&self) -> &'static str {
         match self {
@@ -192,47 +186,6 @@ async fn render(
     Ok(manifests.as_ref().clone())
 }
 
-/// How often a reconcile starts over on a fresh read of its Application
-/// whose status it could not write because another writer (a manual sync, a
-/// spec edit) changed it meanwhile.
-const STATUS_CONFLICT_ATTEMPTS: u32 = 5;
-
-/// Reconciles `app`; when its status cannot be written because the
-/// Application changed since it was read, reads it again and reconciles
-/// that (the apply is idempotent, so nothing is done twice). `Ok(None)`
-/// when the Application was deleted meanwhile.
-pub async fn reconcile_current(
-    ctx: &Context,
-    app: &Application,
-    request: &Request,
-) -> Result<Option<Outcome>, ReconcileError> {
-    let mut attempt = 1;
-    let mut result = reconcile(ctx, app, request).await;
-    while attempt < STATUS_CONFLICT_ATTEMPTS
-        && result
-            .as_ref()
-            .is_err_and(ReconcileError::is_status_conflict)
-    {
-        attempt += 1;
-        let api: Api<Application> = Api::namespaced(
-            ctx.client.clone(),
-            app.metadata.namespace.as_deref().unwrap_or("default"),
-        );
-        let fresh = match api.get_opt(&app.name_any()).await {
-            Ok(Some(fresh)) => fresh,
-            Ok(None) => return Ok(None),
-            // Keep the conflict: it is transient, the caller retries.
-            Err(_) => break,
-        };
-        tracing::debug!(
-            attempt,
-            "the Application changed while reconciling; again on a fresh read"
-        );
-        result = reconcile(ctx, &fresh, request).await;
-    }
-    result.map(Some)
-}
-
 /// One reconcile of one Application.
 pub async fn reconcile(
     ctx: &Context,
@@ -242,7 +195,7 @@ pub async fn reconcile(
     let started = Instant::now();
     let events = Events::new(ctx.client.clone(), ctx.reporter.clone(), app);
     if app.spec.suspend && !request.dry_run {
-        let status = status::build(Report {
+        let report = Report {
             previous: app.status.as_ref(),
             generation: app.metadata.generation,
             revision: app.status.as_ref().and_then(|s| s.sync.revision.clone()),
@@ -250,8 +203,8 @@ pub async fn reconcile(
             ending: Ending::Suspended,
             operation: None,
             now: now(),
-        });
-        let status_written = write_status(ctx, app, &status).await?;
+        };
+        let (status, status_written) = write_status(ctx, app, report).await?;
         return Ok(Outcome {
             status,
             status_written,
@@ -280,7 +233,7 @@ pub async fn reconcile(
                     message: message.clone(),
                 }
             };
-            let status = status::build(Report {
+            let report = Report {
                 previous: app.status.as_ref(),
                 generation: app.metadata.generation,
                 revision: revision.clone(),
@@ -288,10 +241,13 @@ pub async fn reconcile(
                 ending,
                 operation: None,
                 now: now(),
-            });
+            };
             tracing::warn!(app = %prepare::owner_key(app), reason, error = %message, "reconcile failed");
             // One Warning per distinct failure, not one per retry.
-            if write_status(ctx, app, &status).await.unwrap_or(false) {
+            if write_status(ctx, app, report)
+                .await
+                .is_ok_and(|(_, written)| written)
+            {
                 events.warning(&reason, "Reconcile", message).await;
             }
             Err(error)
@@ -421,7 +377,7 @@ async fn sync(
         .map(|s| format!("cannot list {} in {}: {}", s.kind, s.scope, s.message))
         .or(decision.prune_blocked.clone());
     let out_of_sync = decision.skipped.len() + skipped_kinds.len();
-    let new_status = status::build(Report {
+    let report = Report {
         previous,
         generation: app.metadata.generation,
         revision: Some(revision.clone()),
@@ -429,8 +385,8 @@ async fn sync(
         ending: Ending::Done { out_of_sync, note },
         operation,
         now: now(),
-    });
-    let status_written = write_status(ctx, app, &new_status).await?;
+    };
+    let (new_status, status_written) = write_status(ctx, app, report).await?;
 
     count_drift_corrections(ctx, &plan, &applied);
     report_events(
@@ -494,13 +450,6 @@ fn commit_status_ending(
     result: &Result<Outcome, ReconcileError>,
 ) {
     let Some(revision) = revision else { return };
-    if result
-        .as_ref()
-        .is_err_and(ReconcileError::is_status_conflict)
-    {
-        // Reconciled again on a fresh read (`reconcile_current`), which ends it.
-        return;
-    }
     let Some(statuses) = commit_statuses(ctx, app, request, revision) else {
         return;
     };
@@ -666,43 +615,75 @@ async fn report_events(
     }
 }
 
-/// Writes the status through the status subresource, only when it changed.
-/// Returns whether it wrote.
+/// Writes the status `report` builds on the Application as read, unless it
+/// is what the Application already says; returns it and whether it was
+/// written. The write is made only onto the version read (its
+/// `resourceVersion`): the status carries what it was built on (the
+/// history, the conditions' transition times), so a writer that read the
+/// Application earlier must not undo what another wrote since (a manual
+/// sync beside a worker). On a conflict the Application is read again and
+/// the same report built on its status: what this reconcile did (its
+/// operation) is kept, and its `observedGeneration` stays the one it
+/// reconciled, since a spec change is an event of its own.
 async fn write_status(
     ctx: &Context,
     app: &Application,
-    status: &ApplicationStatus,
-) -> Result<bool, ReconcileError> {
-    if app.status.as_ref() == Some(status) {
-        return Ok(false);
-    }
+    report: Report<'_>,
+) -> Result<(ApplicationStatus, bool), ReconcileError> {
     let api: Api<Application> = Api::namespaced(
         ctx.client.clone(),
         app.metadata.namespace.as_deref().unwrap_or("default"),
     );
     let name = app.metadata.name.as_deref().unwrap_or_default();
-    // The status was built from the Application as read (its history, the
-    // conditions' transition times): written only onto that version, so a
-    // writer that read it earlier cannot undo what another wrote since
-    // (409, and `reconcile_current` reads it again).
-    let patch = json!({
-        "apiVersion": "setpoint.dev/v1alpha1",
-        "kind": "Application",
-        "metadata": { "resourceVersion": app.metadata.resource_version },
-        "status": status,
-    });
-    api.patch_status(
-        name,
-        &PatchParams::apply(plan::FIELD_MANAGER).force(),
-        &Patch::Apply(&patch),
-    )
-    .await
-    .map_err(|source| ReconcileError::WriteStatus {
+    let error = |source| ReconcileError::WriteStatus {
         app: prepare::owner_key(app),
         source,
-    })?;
-    Ok(true)
+    };
+    let mut fresh: Option<Application> = None;
+    let mut attempt = 1;
+    loop {
+        let read = fresh.as_ref().unwrap_or(app);
+        let status = status::build(Report {
+            previous: read.status.as_ref(),
+            ..report.clone()
+        });
+        if read.status.as_ref() == Some(&status) {
+            return Ok((status, false));
+        }
+        let patch = json!({
+            "apiVersion": "setpoint.dev/v1alpha1",
+            "kind": "Application",
+            "metadata": { "resourceVersion": read.metadata.resource_version },
+            "status": status,
+        });
+        let written = api
+            .patch_status(
+                name,
+                &PatchParams::apply(plan::FIELD_MANAGER).force(),
+                &Patch::Apply(&patch),
+            )
+            .await;
+        match written {
+            Ok(_) => return Ok((status, true)),
+            Err(kube::Error::Api(s)) if s.code == 409 && attempt < STATUS_WRITE_ATTEMPTS => {
+                attempt += 1;
+                tracing::debug!(
+                    attempt,
+                    "the Application changed since it was read; its status is built again"
+                );
+                match api.get_opt(name).await.map_err(error)? {
+                    Some(application) => fresh = Some(application),
+                    // Deleted meanwhile: no status to keep.
+                    None => return Ok((status, false)),
+                }
+            }
+            Err(source) => return Err(error(source)),
+        }
+    }
 }
+
+/// How often a status write is tried on a fresh read after a conflict.
+const STATUS_WRITE_ATTEMPTS: u32 = 5;
 
 /// Git credentials from the Secret the Application names: `username` and
 /// `password`, or a `token` (sent as the password of user `git`).

@@ -29,6 +29,7 @@ pub enum Ending {
     Suspended,
 }
 
+#[derive(Clone)]
 pub struct Report<'a> {
     pub previous: Option<&'a ApplicationStatus>,
     pub generation: Option<i64>,

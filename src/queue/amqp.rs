@@ -2465,7 +2465,9 @@ mod tests {
                     // Let go before the ack, as the worker records the end
                     // of a reconcile before it acks.
                     book.lock().unwrap().holders.get_mut(&app).unwrap().1 -= 1;
-                    delivery.ack().await.unwrap();
+                    if let Err(error) = delivery.ack().await {
+                        book.lock().unwrap().faults.push(format!("ack: {error}"));
+                    }
                 });
             }
         })
@@ -2478,6 +2480,8 @@ mod tests {
         /// App → (consumer holding it, deliveries held).
         holders: HashMap<String, (usize, usize)>,
         overlaps: Vec<String>,
+        /// What the broker refused (a closed channel, a nacked publish).
+        faults: Vec<String>,
     }
 
     #[tokio::test]
@@ -2617,6 +2621,26 @@ mod tests {
 
     #[tokio::test]
     async fn an_application_is_never_held_by_two_consumers_at_once() {
+        // RabbitMQ 3.10 (Debian's) can crash a classic queue with a single
+        // active consumer when a publish races a change of its active
+        // consumer (rabbitmq-server#5460, fixed in later releases): the
+        // queue restarts, the consumers' channels close, and what they had
+        // not acknowledged goes to whoever is active next. That is the
+        // failure ARCHITECTURE.md lists (a worker cut off from the broker),
+        // not a handoff; a run that met it says so and runs again on new
+        // queues. A run without it must show no overlap.
+        for run in 1..=3 {
+            match exclusive_run().await {
+                None => return,
+                Some(fault) => eprintln!("run {run}: the broker lost a channel ({fault}); again"),
+            }
+        }
+        panic!("the broker lost a channel in each of 3 runs");
+    }
+
+    /// One run of the test above; `Some` with what the broker did when it
+    /// closed a channel under the consumers or refused a publish.
+    async fn exclusive_run() -> Option<String> {
         let settings = settings("exclusive", 8);
         let _cleanup = Cleanup(settings.clone());
         let first = connected(settings.clone()).await;
@@ -2642,26 +2666,50 @@ mod tests {
         for batch in 0..20 {
             for i in 0..20 {
                 let app = format!("app-{}", (batch * 20 + i) % 40);
-                first.publish(&event(&app)).await.unwrap();
+                if let Err(error) = first.publish(&event(&app)).await {
+                    book.lock()
+                        .unwrap()
+                        .faults
+                        .push(format!("publish: {error}"));
+                }
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        eventually("all 400 events were delivered", || async {
-            book.lock().unwrap().received.iter().sum::<usize>() == 400
-        })
-        .await;
-        {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
             let book = book.lock().unwrap();
-            assert!(book.overlaps.is_empty(), "{:?}", book.overlaps);
+            if !book.faults.is_empty() {
+                break;
+            }
+            let received = book.received.iter().sum::<usize>();
+            if received == 400 {
+                break;
+            }
             assert!(
-                book.received.iter().all(|&n| n > 0),
-                "both consumers took part: {:?}",
-                book.received
+                Instant::now() < deadline,
+                "timed out waiting for 400 events: {received}"
             );
+            drop(book);
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
+        let fault = {
+            let book = book.lock().unwrap();
+            match book.faults.first() {
+                Some(fault) => Some(fault.clone()),
+                None => {
+                    assert!(book.overlaps.is_empty(), "{:?}", book.overlaps);
+                    assert!(
+                        book.received.iter().all(|&n| n > 0),
+                        "both consumers took part: {:?}",
+                        book.received
+                    );
+                    None
+                }
+            }
+        };
         for task in serving {
             task.abort();
         }
-        first.delete_topology().await.unwrap();
+        fault
     }
 }

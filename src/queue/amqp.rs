@@ -2677,19 +2677,17 @@ mod tests {
         }
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
-            let book = book.lock().unwrap();
-            if !book.faults.is_empty() {
-                break;
-            }
-            let received = book.received.iter().sum::<usize>();
-            if received == 400 {
+            let (faults, received) = {
+                let book = book.lock().unwrap();
+                (book.faults.len(), book.received.iter().sum::<usize>())
+            };
+            if faults > 0 || received == 400 {
                 break;
             }
             assert!(
                 Instant::now() < deadline,
                 "timed out waiting for 400 events: {received}"
             );
-            drop(book);
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         let fault = {

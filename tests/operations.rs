@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::{Patch, PatchParams};
-use support::app::{automated, create_app, install_crd, synced_at};
+use support::app::{automated, create_app, install_crd, settled_at, synced_at};
 use support::process::{Setpoint, free_port, github_push, post, post_github, sample, scrape};
 use support::{GitRepo, TestNamespace, wait_for};
 
@@ -276,8 +276,14 @@ async fn the_file_configures_a_role_the_environment_and_flags_override_it_and_lo
     setpoint.port = Some(webhook_port);
     setpoint.wait_http().await;
     assert_eq!(post(file_metrics, "/healthz", &[], "", "GET").0, 200);
-    // The Application's creation syncs it; then a push changes it.
-    wait_for("web synced", DEADLINE, || synced_at(&ns, "web", &commit)).await;
+    // The Application's creation syncs it; then a push changes it. The push
+    // comes once the first sync settled, so that it is the push's event, and
+    // not a health change of the first sync's rollout, that finds the new
+    // commit (either would apply it; only the push's carries the delivery).
+    wait_for("web synced and healthy", DEADLINE, || {
+        settled_at(&ns, "web", &commit)
+    })
+    .await;
     let commit = repo
         .write("apps/web/deploy.yaml", &deployment("web", 2))
         .commit("web: two replicas");

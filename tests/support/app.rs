@@ -124,6 +124,23 @@ pub async fn event_notes(ns: &TestNamespace, app: &str, reason: &str) -> Vec<Str
 }
 
 /// `Ok` once the Application's status is Synced at `commit`; else its state.
+/// `Ok` once the Application is Synced and Healthy at `commit`: nothing of
+/// its first sync is still settling (no health change left to report).
+pub async fn settled_at(ns: &TestNamespace, app: &str, commit: &str) -> Result<(), String> {
+    synced_at(ns, app, commit).await?;
+    let status = ns
+        .api::<Application>()
+        .get(app)
+        .await
+        .map_err(|e| e.to_string())?
+        .status
+        .unwrap_or_default();
+    match status.health.status {
+        setpoint::api::Health::Healthy => Ok(()),
+        health => Err(format!("Synced but {health:?}")),
+    }
+}
+
 pub async fn synced_at(ns: &TestNamespace, app: &str, commit: &str) -> Result<(), String> {
     let app = ns
         .api::<Application>()

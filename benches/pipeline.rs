@@ -23,7 +23,7 @@ use kube::api::{Patch, PatchParams};
 use setpoint::api::{Application, Sync};
 use support::app::{automated, create_app, install_crd};
 use support::process::{
-    Setpoint, free_port, github_push, github_signature, post_github, sample, scrape,
+    Setpoint, free_port, github_push, github_signature, post_github, wait_for_shared_shards,
 };
 use support::{GitRepo, TestNamespace, amqp_prefix, amqp_url, wait_for};
 
@@ -382,24 +382,7 @@ async fn split_roles(workers: usize, apps: usize) {
     webhook.wait_http().await;
     // The push comes once the workers share the 16 shards evenly, as on a
     // fleet that has been running.
-    let fair = (16 / workers) as f64;
-    wait_for(
-        "the workers to share the shards",
-        Duration::from_secs(120),
-        || async {
-            let mut active = Vec::new();
-            for port in &ports {
-                let text = scrape(*port)?;
-                active.push(sample(&text, "setpoint_queue_shards_active").unwrap_or(-1.0));
-            }
-            if active.iter().all(|a| *a == fair) {
-                Ok(())
-            } else {
-                Err(format!("active shards per worker: {active:?}"))
-            }
-        },
-    )
-    .await;
+    wait_for_shared_shards(&ports, 16 / workers).await;
     let port = webhook.port.unwrap();
     let changed: Vec<String> = (0..apps).map(|app| format!("apps/{app}/cm.yaml")).collect();
     let changed: Vec<&str> = changed.iter().map(String::as_str).collect();

@@ -14,7 +14,7 @@ use setpoint::queue::amqp::{AmqpQueue, AmqpSettings};
 use setpoint::queue::{Queue, RetryPolicy};
 use support::app::{automated, create_app, install_crd, synced_at};
 use support::process::{
-    Setpoint, free_port, github_push, gitlab_push, post_github, post_gitlab, sample, scrape,
+    Setpoint, free_port, github_push, gitlab_push, post_github, post_gitlab, wait_for_shared_shards,
 };
 use support::{GitRepo, TestNamespace, amqp_prefix, amqp_url, wait_for};
 
@@ -338,19 +338,7 @@ async fn two_workers_fifty_apps_five_hundred_events_never_overlap() {
         let dir = cache.path().join(format!("w{i}")).tap_mkdir();
         pool.push(Setpoint::spawn(&args, &env, &dir));
     }
-    wait_for("the workers to share the 16 shards", DEADLINE, || async {
-        let mut active = Vec::new();
-        for port in ports {
-            let text = scrape(port)?;
-            active.push(sample(&text, "setpoint_queue_shards_active").unwrap_or(-1.0));
-        }
-        if active == [8.0, 8.0] {
-            Ok(())
-        } else {
-            Err(format!("active shards per worker: {active:?}"))
-        }
-    })
-    .await;
+    wait_for_shared_shards(&ports, 8).await;
 
     for n in 0..500 {
         let app = setpoint::event::AppKey::new(&ns.name, format!("app-{}", n % 50));

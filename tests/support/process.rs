@@ -164,6 +164,29 @@ pub fn scrape(port: u16) -> Result<String, String> {
     }
 }
 
+/// Waits until each worker whose metrics listen on `ports` is the active
+/// consumer of `fair` shards (`setpoint_queue_shards_active`): the workers
+/// share the shards as a fleet that has been running does.
+pub async fn wait_for_shared_shards(ports: &[u16], fair: usize) {
+    wait_for(
+        "the workers to share the shards",
+        Duration::from_secs(120),
+        || async {
+            let mut active = Vec::new();
+            for port in ports {
+                let text = scrape(*port)?;
+                active.push(sample(&text, "setpoint_queue_shards_active").unwrap_or(-1.0));
+            }
+            if active.iter().all(|a| *a == fair as f64) {
+                Ok(())
+            } else {
+                Err(format!("active shards per worker: {active:?}"))
+            }
+        },
+    )
+    .await;
+}
+
 /// `sha256=<hex>` of the body, as GitHub signs it.
 pub fn github_signature(secret: &str, body: &str) -> String {
     let mut mac = Hmac::<Sha256>::new_from_slice(secret.as_bytes()).unwrap();

@@ -5,9 +5,8 @@
 //! - fleets of Applications in one repository synced after a single push:
 //!   time until all are Synced, and the peak memory of the process.
 //!
-//! - split roles (one `webhook`, one `watch`, N `worker` processes on one
-//!   RabbitMQ): reconciles per second for N = 1, 2, 4 and each process's
-//!   peak memory.
+//! - split roles (one `webhook` and N `worker` processes on one RabbitMQ):
+//!   reconciles per second for N = 1, 2, 4 and each process's peak memory.
 //!
 //! `SETPOINT_BENCH_FLEETS` (default `100,1000`) picks the fleet sizes,
 //! `SETPOINT_BENCH_WORKERS` (default `1,2,4`) the worker counts, and
@@ -361,8 +360,9 @@ async fn split_roles(workers: usize, apps: usize) {
     for i in 0..workers {
         let dir = cache.path().join(format!("w{i}"));
         std::fs::create_dir_all(&dir).unwrap();
-        let metrics = format!("127.0.0.1:{}", free_port());
-        ports.push(metrics.rsplit(':').next().unwrap().parse::<u16>().unwrap());
+        let port = free_port();
+        ports.push(port);
+        let metrics = format!("127.0.0.1:{port}");
         let mut env = env.to_vec();
         env.push(("SETPOINT_METRICS_LISTEN", metrics.as_str()));
         pool.push(Setpoint::spawn(

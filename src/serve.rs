@@ -173,11 +173,13 @@ fn secrets(values: &[String], files: &[PathBuf]) -> anyhow::Result<Vec<String>> 
 
 /// The GitHub settings, when a token is configured.
 fn github_settings(options: &ServeOptions) -> anyhow::Result<Option<GitHubSettings>> {
-    let token = match (&options.github_token, &options.github_token_file) {
-        (Some(token), _) => token.trim().to_string(),
-        (None, Some(file)) => secrets(&[], std::slice::from_ref(file))?.concat(),
-        (None, None) => String::new(),
-    };
+    let token = secrets(
+        options.github_token.as_slice(),
+        options.github_token_file.as_slice(),
+    )?
+    .into_iter()
+    .next()
+    .unwrap_or_default();
     if token.is_empty() {
         if !options.github_hooks.is_empty() {
             anyhow::bail!(

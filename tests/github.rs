@@ -10,6 +10,8 @@ mod support;
 
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::ConfigMap;
+
 use support::app::{automated, create_app, install_crd, synced_at};
 use support::github::{FakeGitHub, TOKEN, delivery};
 use support::process::{Setpoint, free_port, github_push, post_github};
@@ -39,6 +41,24 @@ fn statuses(github: &FakeGitHub, sha: &str, context: &str) -> Vec<(String, Strin
             )
         })
         .collect()
+}
+
+/// Waits until the last status posted on `sha` in `context` is `state`;
+/// returns them all.
+async fn last_status(
+    github: &FakeGitHub,
+    sha: &str,
+    context: &str,
+    state: &str,
+) -> Vec<(String, String)> {
+    wait_for(&format!("{state} on {sha}"), DEADLINE, || async {
+        let posted = statuses(github, sha, context);
+        match posted.last() {
+            Some((last, _)) if last == state => Ok(posted),
+            _ => Err(format!("{posted:?}")),
+        }
+    })
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -94,14 +114,7 @@ async fn a_sync_posts_commit_statuses_and_failed_deliveries_are_redelivered() {
     // then success, on the synced commit, in the Application's context.
     let context = format!("setpoint/{}/web", ns.name);
     wait_for("web synced", DEADLINE, || synced_at(&ns, "web", &good)).await;
-    let posted = wait_for("pending then success on the commit", DEADLINE, || async {
-        let posted = statuses(&github, &good, &context);
-        match posted.last() {
-            Some((state, _)) if state == "success" => Ok(posted),
-            _ => Err(format!("{posted:?}")),
-        }
-    })
-    .await;
+    let posted = last_status(&github, &good, &context, "success").await;
     assert_eq!(posted.len(), 2, "{posted:?}");
     assert_eq!(posted[0].0, "pending");
     assert_eq!(posted[1].1, "Synced: 1 applied, 0 pruned");
@@ -118,14 +131,7 @@ async fn a_sync_posts_commit_statuses_and_failed_deliveries_are_redelivered() {
     let body = github_push(&served.url, &broken, &["app/cm.yaml"]);
     let (code, reply) = post_github(port, Some(SECRET), "delivery-broken", &body);
     assert_eq!(code, 200, "{reply}");
-    let posted = wait_for("a failure on the broken commit", DEADLINE, || async {
-        let posted = statuses(&github, &broken, &context);
-        match posted.last() {
-            Some((state, _)) if state == "failure" => Ok(posted),
-            _ => Err(format!("{posted:?}")),
-        }
-    })
-    .await;
+    let posted = last_status(&github, &broken, &context, "failure").await;
     assert_eq!(posted[0].0, "pending", "{posted:?}");
     let description = &posted.last().unwrap().1;
     assert!(
@@ -133,6 +139,8 @@ async fn a_sync_posts_commit_statuses_and_failed_deliveries_are_redelivered() {
         "{description}"
     );
     assert!(description.chars().count() <= 140, "{description}");
+    let live: ConfigMap = ns.api().get("settings").await.unwrap();
+    assert_eq!(live.data.unwrap()["key"], "1");
 
     // The fix: pending and success on it, and nothing more (no status for
     // the reconciles that follow of the same, applied revision).
@@ -154,14 +162,9 @@ async fn a_sync_posts_commit_statuses_and_failed_deliveries_are_redelivered() {
         synced_at(&ns, "web", &fixed)
     })
     .await;
-    wait_for("success on the fix", DEADLINE, || async {
-        let posted = statuses(&github, &fixed, &context);
-        match &posted[..] {
-            [(p, _), (s, _)] if p == "pending" && s == "success" => Ok(()),
-            _ => Err(format!("{posted:?}")),
-        }
-    })
-    .await;
+    let posted = last_status(&github, &fixed, &context, "success").await;
+    assert_eq!(posted.len(), 2, "{posted:?}");
+    assert_eq!(posted[0].0, "pending");
     assert_eq!(all_statuses(), before + 2);
 
     assert_eq!(github.violations(), Vec::<String>::new());

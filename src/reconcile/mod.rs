@@ -454,7 +454,6 @@ fn commit_status_ending(
         return;
     };
     let message;
-    let reason;
     let ended = match result {
         Ok(outcome) => Ok(sync_status::Done {
             sync: outcome.status.sync.status,
@@ -469,10 +468,9 @@ fn commit_status_ending(
         }),
         Err(error) => {
             message = error_chain(error);
-            reason = error.reason();
             Err(sync_status::Failed {
                 transient: error.is_transient(),
-                reason,
+                reason: error.reason(),
                 message: &message,
             })
         }

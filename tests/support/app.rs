@@ -9,7 +9,9 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::wait::{await_condition, conditions};
 use kube::{Api, CustomResourceExt};
-use setpoint::api::{Application, ApplicationSpec, Automated, Source, SyncPolicy};
+use setpoint::api::{
+    Application, ApplicationSpec, ApplicationStatus, Automated, Source, SyncPolicy,
+};
 use setpoint::context::Context;
 use setpoint::reconcile::{Outcome, ReconcileError, Request, reconcile};
 
@@ -124,30 +126,31 @@ pub async fn event_notes(ns: &TestNamespace, app: &str, reason: &str) -> Vec<Str
 }
 
 /// `Ok` once the Application's status is Synced at `commit`; else its state.
+pub async fn synced_at(ns: &TestNamespace, app: &str, commit: &str) -> Result<(), String> {
+    synced_in(&status_of(ns, app).await?, commit)
+}
+
 /// `Ok` once the Application is Synced and Healthy at `commit`: nothing of
 /// its first sync is still settling (no health change left to report).
 pub async fn settled_at(ns: &TestNamespace, app: &str, commit: &str) -> Result<(), String> {
-    synced_at(ns, app, commit).await?;
-    let status = ns
-        .api::<Application>()
-        .get(app)
-        .await
-        .map_err(|e| e.to_string())?
-        .status
-        .unwrap_or_default();
+    let status = status_of(ns, app).await?;
+    synced_in(&status, commit)?;
     match status.health.status {
         setpoint::api::Health::Healthy => Ok(()),
         health => Err(format!("Synced but {health:?}")),
     }
 }
 
-pub async fn synced_at(ns: &TestNamespace, app: &str, commit: &str) -> Result<(), String> {
+async fn status_of(ns: &TestNamespace, app: &str) -> Result<ApplicationStatus, String> {
     let app = ns
         .api::<Application>()
         .get(app)
         .await
         .map_err(|e| e.to_string())?;
-    let status = app.status.unwrap_or_default();
+    Ok(app.status.unwrap_or_default())
+}
+
+fn synced_in(status: &ApplicationStatus, commit: &str) -> Result<(), String> {
     match (status.sync.status, status.sync.revision.as_deref()) {
         (setpoint::api::Sync::Synced, Some(r)) if r == commit => Ok(()),
         (sync, revision) => Err(format!("{sync:?} at {revision:?}")),

@@ -73,11 +73,13 @@ lint:
 ## --all-targets) but run only by `make bench`, in release mode.
 test: up lint
 	@echo "[test] cargo test against $$(grep server: $(KUBECONFIG) | awk '{print $$2}') and amqp://127.0.0.1:5672"
+	tests/broker/rabbitmq.sh fresh-vhost setpoint-test
 	cargo test --lib --bins --tests
 
 ## Benchmarks against the real control plane and RabbitMQ (release build).
 bench: up
 	command -v wrk >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null
+	tests/broker/rabbitmq.sh fresh-vhost setpoint-test
 	cargo bench --bench reconcile
 	cargo bench --bench pipeline
 

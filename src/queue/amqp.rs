@@ -1741,7 +1741,9 @@ mod tests {
     use super::*;
     use crate::event::{AppKey, Cause, new_id};
 
-    const URL: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
+    /// The virtual host `make test` empties before each run.
+    const VHOST: &str = "setpoint-test";
+    const URL: &str = "amqp://guest:guest@127.0.0.1:5672/setpoint-test";
     const PATIENCE: Duration = Duration::from_secs(20);
 
     fn settings(test: &str, shards: u16) -> AmqpSettings {
@@ -1878,6 +1880,8 @@ mod tests {
     async fn consumers(prefix: &str) -> BTreeMap<String, (usize, usize)> {
         let listing = rabbitmqctl(&[
             "list_consumers",
+            "-p",
+            VHOST,
             "-q",
             "--no-table-headers",
             "queue_name",

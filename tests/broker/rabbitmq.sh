@@ -5,6 +5,11 @@
 #   rabbitmq.sh up     install when missing, start, wait for AMQP (idempotent)
 #   rabbitmq.sh down   stop it
 #   rabbitmq.sh status exit 0 when it accepts AMQP connections
+#   rabbitmq.sh fresh-vhost NAME
+#                      delete the virtual host NAME with everything in it and
+#                      create it empty, for user guest: each `make test` starts
+#                      from an empty broker and leaves no queues behind it to
+#                      pile up over runs
 set -euo pipefail
 
 PORT=5672
@@ -52,6 +57,11 @@ configure() {
 NODENAME=rabbit@localhost
 NODE_IP_ADDRESS=127.0.0.1
 NODE_PORT=$PORT
+# Each durable queue holds a file handle while the node recovers it. With the
+# soft limit su(1) leaves (1024 files), a node that holds more queues than
+# that never finishes booting. The server sources this file as the rabbitmq
+# user, so the limit is raised here, up to the hard limit.
+ulimit -n "\$(ulimit -Hn)" 2>/dev/null || true
 EOF
   local p
   for p in "${PLUGINS[@]}"; do
@@ -71,11 +81,11 @@ cmd_up() {
   log "starting rabbitmq-server on 127.0.0.1:$PORT"
   local start=$SECONDS
   rabbitmq-server -detached >/dev/null 2>&1 || true
-  local deadline=$((SECONDS + 120))
+  local deadline=$((SECONDS + 300))
   until amqp_ready; do
     if ((SECONDS >= deadline)); then
       tail -n 30 /var/log/rabbitmq/rabbit@localhost.log >&2 2>/dev/null || true
-      die "rabbitmq-server did not accept AMQP connections within 120s (log above)"
+      die "rabbitmq-server did not accept AMQP connections within 300s (log above)"
     fi
     sleep 0.5
   done
@@ -89,9 +99,22 @@ cmd_down() {
   fi
 }
 
+cmd_fresh_vhost() {
+  local vhost=${1:?usage: $0 fresh-vhost NAME}
+  amqp_ready || die "rabbitmq-server is not up (make rabbitmq-up)"
+  if rabbitmqctl list_vhosts -q 2>/dev/null | grep -qxF "$vhost"; then
+    rabbitmqctl delete_vhost -q "$vhost" >/dev/null || die "could not delete vhost $vhost"
+  fi
+  rabbitmqctl add_vhost -q "$vhost" >/dev/null || die "could not create vhost $vhost"
+  rabbitmqctl set_permissions -q -p "$vhost" guest '.*' '.*' '.*' >/dev/null ||
+    die "could not grant guest access to vhost $vhost"
+  log "vhost $vhost is empty"
+}
+
 case "${1:-}" in
   up) cmd_up ;;
+  fresh-vhost) cmd_fresh_vhost "${2:-}" ;;
   down) cmd_down ;;
   status) amqp_ready ;;
-  *) echo "usage: $0 up|down|status" >&2; exit 2 ;;
+  *) echo "usage: $0 up|down|status|fresh-vhost NAME" >&2; exit 2 ;;
 esac

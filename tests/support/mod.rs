@@ -108,10 +108,13 @@ impl Drop for TestNamespace {
     }
 }
 
-/// The broker `make rabbitmq-up` starts; `SETPOINT_TEST_AMQP_URL` overrides it.
+/// The broker `make rabbitmq-up` starts, in the virtual host `make test`
+/// empties before each run (`tests/broker/rabbitmq.sh fresh-vhost
+/// setpoint-test`), so the queues tests leave do not pile up over runs;
+/// `SETPOINT_TEST_AMQP_URL` overrides it.
 pub fn amqp_url() -> String {
     std::env::var("SETPOINT_TEST_AMQP_URL")
-        .unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".to_string())
+        .unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/setpoint-test".to_string())
 }
 
 /// A prefix for the exchanges and queues of one test, so tests share the

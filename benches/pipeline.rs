@@ -22,7 +22,8 @@ use kube::api::{Patch, PatchParams};
 use setpoint::api::{Application, Sync};
 use support::app::{automated, create_app, install_crd};
 use support::process::{
-    Setpoint, free_port, github_push, github_signature, post_github, wait_for_shared_shards,
+    Setpoint, free_port, github_push, github_signature, post_github, sample, scrape,
+    wait_for_shared_shards,
 };
 use support::{GitRepo, TestNamespace, amqp_prefix, amqp_url, wait_for};
 
@@ -342,7 +343,12 @@ async fn split_roles(workers: usize, apps: usize) {
         ("SETPOINT_LOG", "warn"),
     ];
     let listen = format!("127.0.0.1:{}", free_port());
-    let mut webhook = Setpoint::spawn(
+    let webhook_metrics_port = free_port();
+    let webhook_metrics = format!("127.0.0.1:{webhook_metrics_port}");
+    let mut webhook_env = env.to_vec();
+    webhook_env.push(("SETPOINT_METRICS_LISTEN", webhook_metrics.as_str()));
+    let mut webhook = Setpoint::scoped(
+        &ns.name,
         &[
             "webhook",
             "--listen",
@@ -352,7 +358,7 @@ async fn split_roles(workers: usize, apps: usize) {
             "--github-secret",
             SECRET,
         ],
-        &env,
+        &webhook_env,
         cache.path(),
     );
     let mut pool = Vec::new();
@@ -365,7 +371,8 @@ async fn split_roles(workers: usize, apps: usize) {
         let metrics = format!("127.0.0.1:{port}");
         let mut env = env.to_vec();
         env.push(("SETPOINT_METRICS_LISTEN", metrics.as_str()));
-        pool.push(Setpoint::spawn(
+        pool.push(Setpoint::scoped(
+            &ns.name,
             &[
                 "worker",
                 "--amqp-prefix",
@@ -381,24 +388,31 @@ async fn split_roles(workers: usize, apps: usize) {
     }
     webhook.wait_http().await;
     // The push comes once the workers share the 16 shards evenly, as on a
-    // fleet that has been running.
+    // fleet that has been running, and the webhook's index holds every app.
     wait_for_shared_shards(&ports, 16 / workers).await;
+    wait_for(
+        "the webhook to index every app",
+        Duration::from_secs(60),
+        || async {
+            let metrics = scrape(webhook_metrics_port)?;
+            match sample(&metrics, "setpoint_applications_indexed") {
+                Some(n) if n as usize >= apps => Ok(()),
+                n => Err(format!("{n:?} indexed")),
+            }
+        },
+    )
+    .await;
     let port = webhook.port.unwrap();
     let changed: Vec<String> = (0..apps).map(|app| format!("apps/{app}/cm.yaml")).collect();
     let changed: Vec<&str> = changed.iter().map(String::as_str).collect();
     let body = github_push(&repo.url(), &commit, &changed);
     let started = Instant::now();
-    wait_for(
-        "the push to be routed to every app",
-        Duration::from_secs(60),
-        || async {
-            match post_github(port, Some(SECRET), &support::unique_name("d"), &body) {
-                (200, reply) if reply.matches("app-").count() >= apps => Ok(()),
-                (code, reply) => Err(format!("{code} {}", reply.len())),
-            }
-        },
-    )
-    .await;
+    let (code, reply) = post_github(port, Some(SECRET), &support::unique_name("d"), &body);
+    assert_eq!(code, 200, "{reply}");
+    assert!(
+        reply.matches("app-").count() >= apps,
+        "the push reaches every app: {reply}"
+    );
     wait_for("every app synced", Duration::from_secs(600), || {
         all_synced(&ns, &commit, apps)
     })

@@ -69,6 +69,12 @@ pub const SETTINGS: &[Setting] = &[
     ),
     setting("cacheDir", "SETPOINT_CACHE_DIR", Kind::Path, ""),
     setting(
+        "watchNamespaces",
+        "SETPOINT_WATCH_NAMESPACES",
+        Kind::List,
+        "",
+    ),
+    setting(
         "queue.amqpURLFile",
         "SETPOINT_AMQP_URL_FILE",
         Kind::Path,

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actix_web::{HttpResponse, web};
+use kube::runtime::reflector::Store;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -20,7 +21,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use crate::api::{Health, Sync};
+use crate::api::{Application, Health, Sync};
 use crate::queue::Queue;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -69,6 +70,7 @@ pub struct Inner {
     pub messages_ready: Gauge,
     pub messages_parked: Gauge,
     pub shards_active: Gauge,
+    pub applications_indexed: Gauge,
     pub reconcile_seconds: HistogramFamily<AppLabels>,
     pub reconciles: Family<ReconcileLabels, Counter>,
     pub drift_corrections: Family<KindLabels, Counter>,
@@ -136,6 +138,12 @@ impl Metrics {
             "Shards this process consumes as their single active consumer, read at scrape time",
             shards_active.clone(),
         );
+        let applications_indexed = Gauge::default();
+        registry.register(
+            "applications_indexed",
+            "Applications in this process's index (webhook routing, watch, sweep), read at scrape time",
+            applications_indexed.clone(),
+        );
         let reconcile_seconds: HistogramFamily<AppLabels> =
             Family::new_with_constructor(seconds_buckets);
         registry.register(
@@ -192,6 +200,7 @@ impl Metrics {
             messages_ready,
             messages_parked,
             shards_active,
+            applications_indexed,
             reconcile_seconds,
             reconciles,
             drift_corrections,
@@ -281,6 +290,8 @@ pub struct Probes {
     pub metrics: Metrics,
     pub queue: Arc<dyn Queue>,
     pub client: kube::Client,
+    /// The Application index, in the roles that keep one.
+    pub index: Option<Store<Application>>,
 }
 
 /// How long `/readyz` waits for the API server.
@@ -326,6 +337,13 @@ async fn metrics(probes: web::Data<Probes>) -> HttpResponse {
             .metrics
             .shards_active
             .set(i64::try_from(active).unwrap_or(i64::MAX));
+    }
+    if let Some(index) = &probes.index {
+        let count = index.state().len();
+        probes
+            .metrics
+            .applications_indexed
+            .set(i64::try_from(count).unwrap_or(i64::MAX));
     }
     HttpResponse::Ok()
         .content_type("text/plain; version=0.0.4; charset=utf-8")
@@ -373,6 +391,7 @@ mod tests {
             r#"setpoint_drift_corrections_total{group="apps",kind="Deployment"} 1"#,
             "# TYPE setpoint_git_fetch_duration_seconds histogram",
             "# TYPE setpoint_queue_messages_ready gauge",
+            "# TYPE setpoint_applications_indexed gauge",
         ] {
             assert!(text.contains(line), "missing {line} in\n{text}");
         }

@@ -89,6 +89,11 @@ pub struct ServeOptions {
     /// Every Application is reconciled at least this often (e.g. 10m, 30s).
     #[arg(long, env = "SETPOINT_SWEEP_INTERVAL", default_value = "10m", value_parser = parse_duration)]
     pub sweep_interval: Duration,
+    /// Handle only the Applications of these namespaces (comma-separated;
+    /// empty: every namespace), as Argo CD's `--application-namespaces`.
+    /// Every process of one installation should agree.
+    #[arg(long, env = "SETPOINT_WATCH_NAMESPACES", value_delimiter = ',')]
+    pub watch_namespaces: Vec<String>,
     /// Namespace of the sweep's Lease.
     #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
     pub lease_namespace: String,
@@ -247,10 +252,15 @@ pub async fn serve(options: ServeOptions, roles: Roles, cache_dir: PathBuf) -> a
         inner: queue,
         metrics: ctx.metrics.clone(),
     });
+    // The Application index: the webhook matches pushes against it, the
+    // sweep walks it, the watch learns the kinds in use from it.
+    let (store, writer) = reflector::store::<Application>();
+    let needs_index = roles.webhook || roles.watch || roles.sweep;
     let probes = Probes {
         metrics: ctx.metrics.clone(),
         queue: queue.clone(),
         client: ctx.client.clone(),
+        index: needs_index.then(|| store.clone()),
     };
     let metrics_server = actix_web::HttpServer::new(move || {
         let probes = probes.clone();
@@ -280,18 +290,15 @@ pub async fn serve(options: ServeOptions, roles: Roles, cache_dir: PathBuf) -> a
 
     let (shutdown_tx, shutdown) = watch::channel(false);
     let mut tasks = tokio::task::JoinSet::new();
-    // The Application index: the webhook matches pushes against it, the
-    // sweep walks it, the watch learns the kinds in use from it.
-    let (store, writer) = reflector::store::<Application>();
-    let needs_index = roles.webhook || roles.watch || roles.sweep;
     if needs_index {
         let client = ctx.client.clone();
         let queue = queue.clone();
         let store = store.clone();
         let objects = roles.watch;
         let enqueue_apps = roles.watch;
+        let scope = live_watch::Scope::new(options.watch_namespaces.clone());
         tasks.spawn(async move {
-            live_watch::run(client, queue, writer, store, objects, enqueue_apps).await;
+            live_watch::run(client, queue, (writer, store), scope, objects, enqueue_apps).await;
         });
     }
     if roles.sweep {

@@ -64,7 +64,12 @@ async fn webhooks_acknowledged_around_a_broker_restart_all_reconcile() {
         "--github-secret",
         SECRET,
     ];
-    let mut setpoint = Setpoint::spawn(&args, &[("SETPOINT_AMQP_URL", &url)], cache.path());
+    let mut setpoint = Setpoint::scoped(
+        &ns.name,
+        &args,
+        &[("SETPOINT_AMQP_URL", &url)],
+        cache.path(),
+    );
     setpoint.wait_http().await;
     let port = setpoint.port.unwrap();
     // Without the watch, a webhook per app brings each to the first commit.

@@ -616,6 +616,14 @@ async fn namespaced_rbac_leaves_no_cluster_wide_write_access() {
     }
     let lease = find(&objects, "Role", &format!("{FULLNAME}-lease"));
     assert_eq!(namespace_of(lease), ns.name);
+
+    // Setpoint handles only the Applications it may apply.
+    let config = rendered_config(&objects);
+    assert_eq!(
+        strings(&config["watchNamespaces"]),
+        vec![ns.name.clone(), other.name.clone()]
+    );
+    assert_eq!(config["log"]["format"], "json", "values.config is kept");
 }
 
 #[tokio::test]

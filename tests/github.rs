@@ -82,7 +82,8 @@ async fn a_sync_posts_commit_statuses_and_failed_deliveries_are_redelivered() {
 
     let cache = tempfile::tempdir().unwrap();
     let listen = format!("127.0.0.1:{}", free_port());
-    let mut setpoint = Setpoint::spawn(
+    let mut setpoint = Setpoint::scoped(
+        &ns.name,
         &[
             "run",
             "--listen",

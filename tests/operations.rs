@@ -64,7 +64,7 @@ async fn metrics_follow_a_push_a_sync_and_a_drift_correction() {
         SECRET,
         "--no-sweep",
     ];
-    let mut setpoint = Setpoint::spawn(&args, &[], cache.path());
+    let mut setpoint = Setpoint::scoped(&ns.name, &args, &[], cache.path());
     setpoint.wait_http().await;
     assert_eq!(
         post(metrics_port, "/healthz", &[], "", "GET"),
@@ -112,6 +112,13 @@ async fn metrics_follow_a_push_a_sync_and_a_drift_correction() {
         r#"setpoint_webhook_requests_total{provider="github",outcome="accepted"}"#,
     );
     assert!(accepted.is_some_and(|n| n >= 1.0), "{text}");
+    // The index holds this namespace's one Application (the process is
+    // scoped to it), not the other tests' Applications.
+    assert_eq!(
+        sample(&text, "setpoint_applications_indexed"),
+        Some(1.0),
+        "{text}"
+    );
     let unauthorized = sample(
         &text,
         r#"setpoint_webhook_requests_total{provider="github",outcome="unauthorized"}"#,

@@ -83,7 +83,8 @@ async fn a_signed_github_or_gitlab_push_syncs_the_app_to_that_commit() {
     let prefix = amqp_prefix("webhook");
     let listen = format!("127.0.0.1:{}", free_port());
     let url = amqp_url();
-    let mut setpoint = Setpoint::spawn(
+    let mut setpoint = Setpoint::scoped(
+        &ns.name,
         &run_args(&listen, &prefix),
         &[("SETPOINT_AMQP_URL", &url)],
         cache.path(),
@@ -160,7 +161,12 @@ async fn a_bad_signature_is_401_and_enqueues_nothing_and_pushes_route_by_path() 
         "--github-secret",
         SECRET,
     ];
-    let mut setpoint = Setpoint::spawn(&args, &[("SETPOINT_AMQP_URL", &url)], cache.path());
+    let mut setpoint = Setpoint::scoped(
+        &ns.name,
+        &args,
+        &[("SETPOINT_AMQP_URL", &url)],
+        cache.path(),
+    );
     setpoint.wait_http().await;
     let port = setpoint.port.unwrap();
     let body = github_push(&repo.url(), &commit, &["apps/a/cm.yaml"]);
@@ -228,7 +234,8 @@ async fn a_manual_scale_is_corrected_by_the_watch_and_without_it_by_the_sweep() 
     // Watch path: no webhook, no sweep. The in-process queue.
     let cache = tempfile::tempdir().unwrap();
     let listen = format!("127.0.0.1:{}", free_port());
-    let watched = Setpoint::spawn(
+    let watched = Setpoint::scoped(
+        &ns.name,
         &["run", "--listen", &listen, "--no-sweep"],
         &[],
         cache.path(),
@@ -265,7 +272,7 @@ async fn a_manual_scale_is_corrected_by_the_watch_and_without_it_by_the_sweep() 
         "--sweep-interval",
         "2s",
     ];
-    let _swept = Setpoint::spawn(&args, &[("POD_NAMESPACE", &ns.name)], cache.path());
+    let _swept = Setpoint::scoped(&ns.name, &args, &[], cache.path());
     wait_for("swept synced", DEADLINE, || {
         synced_at(&ns, "swept", &commit)
     })
@@ -281,6 +288,72 @@ async fn a_manual_scale_is_corrected_by_the_watch_and_without_it_by_the_sweep() 
         }
     })
     .await;
+}
+
+/// `--watch-namespaces` (Argo CD's `--application-namespaces`): the
+/// Applications of other namespaces are not indexed, swept or watched.
+#[tokio::test]
+async fn watch_namespaces_leave_other_namespaces_applications_alone() {
+    let ns = TestNamespace::new("scoped").await;
+    let other = TestNamespace::new("unscoped").await;
+    install_crd(&ns.client).await;
+    let repo = GitRepo::new();
+    let commit = repo
+        .write("in/cm.yaml", &configmap("in-scope", "1"))
+        .write("out/cm.yaml", &configmap("out-of-scope", "1"))
+        .commit("two apps");
+    create_app(&ns, "in", &repo.url(), "in", automated(true, true)).await;
+    create_app(&other, "out", &repo.url(), "out", automated(true, true)).await;
+
+    let cache = tempfile::tempdir().unwrap();
+    let record = cache.path().join("reconciles.log");
+    let listen = format!("127.0.0.1:{}", free_port());
+    let args = ["run", "--listen", &listen, "--sweep-interval", "1s"];
+    let env = [
+        ("SETPOINT_WATCH_NAMESPACES", ns.name.as_str()),
+        ("SETPOINT_RECONCILE_RECORD", record.to_str().unwrap()),
+        ("POD_NAMESPACE", ns.name.as_str()),
+    ];
+    let setpoint = Setpoint::spawn(&args, &env, cache.path());
+    wait_for("the in-scope app synced", DEADLINE, || {
+        synced_at(&ns, "in", &commit)
+    })
+    .await;
+    // Three sweeps of the in-scope app: the out-of-scope one would have had
+    // as many chances by now (the sweep walks every indexed app each cycle).
+    let mine = format!("end {}/in ", ns.name);
+    wait_for("three reconciles of the in-scope app", DEADLINE, || async {
+        let text = std::fs::read_to_string(&record).unwrap_or_default();
+        match text.lines().filter(|l| l.starts_with(&mine)).count() {
+            n if n >= 3 => Ok(text),
+            n => Err(format!("{n} so far:\n{text}")),
+        }
+    })
+    .await;
+    let text = std::fs::read_to_string(&record).unwrap();
+    assert!(
+        !text.contains(&format!("{}/", other.name)),
+        "an Application outside the scope was reconciled:\n{text}"
+    );
+    let out = support::app::get_app(&other, "out").await;
+    assert!(
+        out.status.is_none(),
+        "the out-of-scope Application got a status: {:?}",
+        out.status
+    );
+    assert!(
+        other
+            .api::<ConfigMap>()
+            .get_opt("out-of-scope")
+            .await
+            .unwrap()
+            .is_none(),
+        "the out-of-scope app's ConfigMap was applied"
+    );
+    assert!(
+        setpoint.logs().contains(&format!("namespaces {}", ns.name)),
+        "the scope is logged"
+    );
 }
 
 #[tokio::test]
@@ -336,7 +409,7 @@ async fn two_workers_fifty_apps_five_hundred_events_never_overlap() {
         let mut env = env.to_vec();
         env.push(("SETPOINT_METRICS_LISTEN", listen.as_str()));
         let dir = cache.path().join(format!("w{i}")).tap_mkdir();
-        pool.push(Setpoint::spawn(&args, &env, &dir));
+        pool.push(Setpoint::scoped(&ns.name, &args, &env, &dir));
     }
     wait_for_shared_shards(&ports, 8).await;
 
@@ -435,7 +508,12 @@ async fn an_event_that_always_fails_is_parked_while_others_flow() {
         "--retry-initial",
         "100ms",
     ];
-    let _worker = Setpoint::spawn(&args, &[("SETPOINT_AMQP_URL", &url)], cache.path());
+    let _worker = Setpoint::scoped(
+        &ns.name,
+        &args,
+        &[("SETPOINT_AMQP_URL", &url)],
+        cache.path(),
+    );
     for name in ["unreachable", "good"] {
         let app = setpoint::event::AppKey::new(&ns.name, name);
         queue
@@ -503,8 +581,8 @@ async fn a_worker_killed_mid_reconcile_leaves_the_event_to_another() {
     ];
     let args = ["worker", "--amqp-prefix", &prefix];
     let mut workers = [
-        Setpoint::spawn(&args, &env, &cache.path().join("w1").tap_mkdir()),
-        Setpoint::spawn(&args, &env, &cache.path().join("w2").tap_mkdir()),
+        Setpoint::scoped(&ns.name, &args, &env, &cache.path().join("w1").tap_mkdir()),
+        Setpoint::scoped(&ns.name, &args, &env, &cache.path().join("w2").tap_mkdir()),
     ];
     let app = setpoint::event::AppKey::new(&ns.name, "big");
     queue

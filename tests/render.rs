@@ -543,11 +543,10 @@ async fn a_sweep_over_a_hundred_unchanged_kustomize_apps_renders_nothing() {
         "2s",
     ];
     let env = [
-        ("POD_NAMESPACE", ns.name.as_str()),
         ("SETPOINT_KUBECTL", kubectl.to_str().unwrap()),
         ("SETPOINT_RECONCILE_RECORD", record.to_str().unwrap()),
     ];
-    let setpoint = Setpoint::spawn(&args, &env, cache.path());
+    let setpoint = Setpoint::scoped(&ns.name, &args, &env, cache.path());
     wait_for("every app Synced", DEADLINE, || async {
         let mut waiting = 0;
         for i in 0..APPS {

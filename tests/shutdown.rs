@@ -84,7 +84,8 @@ async fn a_sigterm_during_a_burst_loses_nothing() {
         "30s",
     ];
     let first_record_s = first_record.to_str().unwrap().to_string();
-    let mut first = Setpoint::spawn(
+    let mut first = Setpoint::scoped(
+        &ns.name,
         &args,
         &[
             ("SETPOINT_AMQP_URL", url.as_str()),
@@ -131,7 +132,8 @@ async fn a_sigterm_during_a_burst_loses_nothing() {
     // What it gave back goes to the next worker: every Application syncs.
     let second_record = cache.path().join("second.log");
     let second_record_s = second_record.to_str().unwrap().to_string();
-    let _second = Setpoint::spawn(
+    let _second = Setpoint::scoped(
+        &ns.name,
         &args,
         &[
             ("SETPOINT_AMQP_URL", url.as_str()),

@@ -7,6 +7,11 @@
 //! not. Watches start and stop as kinds come and go, and resume after an API
 //! server restart by comparing the re-listed objects with what they saw, so a
 //! restart is not a flood.
+//!
+//! A [`Scope`] limits all of this to the Applications of some namespaces
+//! (`--watch-namespaces`, like Argo CD's `--application-namespaces` and
+//! Flux's `--watch-namespace`): the index holds only those, and a live
+//! object whose Application is elsewhere enqueues nothing.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
@@ -29,26 +34,95 @@ use crate::reconcile::health::assess;
 use crate::reconcile::plan::FIELD_MANAGER;
 use crate::reconcile::prepare::{APP_ANNOTATION, APP_LABEL};
 
-/// Runs the Application watch (feeding `writer`; enqueueing spec changes
-/// when `apps` is true) and, when `objects` is true, the live-object watches.
+/// The namespaces whose Applications this process handles.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Scope {
+    /// Empty: every namespace.
+    namespaces: BTreeSet<String>,
+}
+
+impl Scope {
+    /// Every namespace when `namespaces` is empty (blank entries ignored).
+    pub fn new<I: IntoIterator<Item = S>, S: Into<String>>(namespaces: I) -> Self {
+        let namespaces = namespaces
+            .into_iter()
+            .map(Into::into)
+            .map(|ns: String| ns.trim().to_string())
+            .filter(|ns| !ns.is_empty())
+            .collect();
+        Self { namespaces }
+    }
+
+    pub fn contains(&self, namespace: &str) -> bool {
+        self.namespaces.is_empty() || self.namespaces.contains(namespace)
+    }
+
+    /// The Applications to watch: one namespace's when the scope is one
+    /// namespace (the API server filters, and a Role is enough), else all
+    /// of them, filtered here.
+    fn applications(&self, client: Client) -> Api<Application> {
+        match self.single() {
+            Some(namespace) => Api::namespaced(client, namespace),
+            None => Api::all(client),
+        }
+    }
+
+    fn single(&self) -> Option<&str> {
+        let mut names = self.namespaces.iter();
+        match (names.next(), names.next()) {
+            (Some(only), None) => Some(only),
+            _ => None,
+        }
+    }
+
+    /// Whether a watch event may reach the index.
+    fn admits(&self, event: &WatchEvent<Application>) -> bool {
+        match event {
+            WatchEvent::Init | WatchEvent::InitDone => true,
+            WatchEvent::InitApply(app) | WatchEvent::Apply(app) | WatchEvent::Delete(app) => {
+                self.contains(&app.namespace().unwrap_or_default())
+            }
+        }
+    }
+}
+
+impl std::fmt::Display for Scope {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.namespaces.is_empty() {
+            return f.write_str("all namespaces");
+        }
+        let names: Vec<&str> = self.namespaces.iter().map(String::as_str).collect();
+        write!(f, "namespaces {}", names.join(", "))
+    }
+}
+
+/// Runs the Application watch over `scope` (feeding `writer`; enqueueing
+/// spec changes when `apps` is true) and, when `objects` is true, the
+/// live-object watches.
 pub async fn run(
     client: Client,
     queue: Arc<dyn Queue>,
-    writer: reflector::store::Writer<Application>,
-    store: Store<Application>,
+    (writer, store): (reflector::store::Writer<Application>, Store<Application>),
+    scope: Scope,
     objects: bool,
     apps: bool,
 ) {
     let watches = Arc::new(Mutex::new(KindWatches::default()));
     let mut generations: HashMap<AppKey, Option<i64>> = HashMap::new();
     let mut listing = true;
+    tracing::info!(%scope, "watching Applications");
+    let admitted = scope.clone();
     let stream = reflector::reflector(
         writer,
         watcher::watcher(
-            Api::<Application>::all(client.clone()),
+            scope.applications(client.clone()),
             watcher::Config::default(),
         )
-        .default_backoff(),
+        .default_backoff()
+        .filter(move |event| {
+            let keep = event.as_ref().map_or(true, |event| admitted.admits(event));
+            std::future::ready(keep)
+        }),
     );
     futures::pin_mut!(stream);
     while let Some(event) = stream.next().await {
@@ -87,7 +161,7 @@ pub async fn run(
             watches
                 .lock()
                 .expect("watches lock")
-                .sync(&client, &queue, kinds);
+                .sync(&client, &queue, &scope, kinds);
         }
     }
 }
@@ -117,6 +191,7 @@ impl KindWatches {
         &mut self,
         client: &Client,
         queue: &Arc<dyn Queue>,
+        scope: &Scope,
         wanted: BTreeSet<(String, String, String)>,
     ) {
         self.running.retain(|kind, task| {
@@ -137,6 +212,7 @@ impl KindWatches {
                 client.clone(),
                 ApiResource::from_gvk(&gvk),
                 queue.clone(),
+                scope.clone(),
             ));
             self.running.insert(kind, task);
         }
@@ -150,7 +226,7 @@ struct Seen {
     health: Health,
 }
 
-async fn watch_kind(client: Client, resource: ApiResource, queue: Arc<dyn Queue>) {
+async fn watch_kind(client: Client, resource: ApiResource, queue: Arc<dyn Queue>, scope: Scope) {
     // `ApiResource::from_gvk` guesses the plural; discovery knows it.
     let resource = match kube::discovery::pinned_kind(
         &client,
@@ -172,7 +248,7 @@ async fn watch_kind(client: Client, resource: ApiResource, queue: Arc<dyn Queue>
     while let Some(event) = stream.next().await {
         match event {
             Ok(WatchEvent::Apply(object) | WatchEvent::InitApply(object)) => {
-                let Some(owner) = owner(&object) else {
+                let Some(owner) = owner(&object).filter(|o| scope.contains(&o.namespace)) else {
                     continue;
                 };
                 let value = serde_json::to_value(&object).unwrap_or(Value::Null);
@@ -198,7 +274,7 @@ async fn watch_kind(client: Client, resource: ApiResource, queue: Arc<dyn Queue>
             }
             Ok(WatchEvent::Delete(object)) => {
                 seen.remove(&(object.namespace(), object.name_any()));
-                if let Some(owner) = owner(&object) {
+                if let Some(owner) = owner(&object).filter(|o| scope.contains(&o.namespace)) {
                     let object = format!("{} {} (deleted)", resource.kind, object.name_any());
                     publish(&queue, Event::new(owner, Cause::Drift { object })).await;
                 }
@@ -264,6 +340,38 @@ async fn publish(queue: &Arc<dyn Queue>, event: Event) {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    fn app_in(namespace: &str) -> Application {
+        let mut app = Application::new("web", Default::default());
+        app.metadata.namespace = Some(namespace.into());
+        app
+    }
+
+    #[test]
+    fn an_empty_scope_is_every_namespace() {
+        let scope = Scope::new(Vec::<String>::new());
+        assert!(scope.contains("team-a") && scope.contains("anything"));
+        assert!(scope.admits(&WatchEvent::Apply(app_in("team-a"))));
+        assert_eq!(scope.single(), None);
+        assert_eq!(scope.to_string(), "all namespaces");
+        // A blank entry (SETPOINT_WATCH_NAMESPACES="") is no namespace.
+        assert_eq!(Scope::new([" ", ""]), scope);
+    }
+
+    #[test]
+    fn a_scope_admits_only_its_namespaces_applications() {
+        let scope = Scope::new(["team-a", " team-b "]);
+        assert!(scope.contains("team-a") && scope.contains("team-b"));
+        assert!(!scope.contains("team-c"));
+        assert!(scope.admits(&WatchEvent::InitApply(app_in("team-b"))));
+        assert!(!scope.admits(&WatchEvent::Apply(app_in("team-c"))));
+        assert!(!scope.admits(&WatchEvent::Delete(app_in("team-c"))));
+        // The listing's bounds always pass: the store needs them.
+        assert!(scope.admits(&WatchEvent::Init) && scope.admits(&WatchEvent::InitDone));
+        assert_eq!(scope.single(), None);
+        assert_eq!(scope.to_string(), "namespaces team-a, team-b");
+        assert_eq!(Scope::new(["team-a"]).single(), Some("team-a"));
+    }
 
     fn object(generation: i64, managers: &[(&str, &str, Option<&str>)]) -> Value {
         let entries: Vec<Value> = managers

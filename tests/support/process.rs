@@ -33,6 +33,19 @@ impl Setpoint {
         Self::spawn_without(args, env, &[], cache)
     }
 
+    /// `setpoint <args>` handling only the Applications of `namespace`
+    /// (`SETPOINT_WATCH_NAMESPACES`), its sweep Lease there too: tests run
+    /// side by side, and a process must not reconcile other tests'
+    /// Applications.
+    pub fn scoped(namespace: &str, args: &[&str], env: &[(&str, &str)], cache: &Path) -> Self {
+        let mut all = vec![
+            ("SETPOINT_WATCH_NAMESPACES", namespace),
+            ("POD_NAMESPACE", namespace),
+        ];
+        all.extend_from_slice(env);
+        Self::spawn(args, &all, cache)
+    }
+
     /// The same, with the variables in `unset` removed from its environment
     /// (to see what a configuration file sets).
     pub fn spawn_without(

@@ -1788,7 +1788,8 @@ mod tests {
         let queue = AmqpQueue::connect(settings).await;
         assert!(
             queue.wait_ready(PATIENCE).await,
-            "RabbitMQ is not up on {URL}: run tests/broker/rabbitmq.sh up"
+            "cannot use RabbitMQ on {URL}: run `make rabbitmq-up`, then \
+             `tests/broker/rabbitmq.sh fresh-vhost {VHOST}` (make test does both)"
         );
         queue
     }

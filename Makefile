@@ -64,6 +64,10 @@ rabbitmq-down:
 up: cluster-up rabbitmq-up helm-build
 down: cluster-down rabbitmq-down
 
+# Tests and benchmarks run in this RabbitMQ vhost, emptied before each run
+# so that the queues they leave never pile up.
+FRESH_TEST_VHOST := tests/broker/rabbitmq.sh fresh-vhost setpoint-test
+
 lint:
 	cargo fmt --all -- --check
 	cargo clippy --all-targets -- -D warnings
@@ -73,13 +77,13 @@ lint:
 ## --all-targets) but run only by `make bench`, in release mode.
 test: up lint
 	@echo "[test] cargo test against $$(grep server: $(KUBECONFIG) | awk '{print $$2}') and amqp://127.0.0.1:5672"
-	tests/broker/rabbitmq.sh fresh-vhost setpoint-test
+	$(FRESH_TEST_VHOST)
 	cargo test --lib --bins --tests
 
 ## Benchmarks against the real control plane and RabbitMQ (release build).
 bench: up
 	command -v wrk >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null
-	tests/broker/rabbitmq.sh fresh-vhost setpoint-test
+	$(FRESH_TEST_VHOST)
 	cargo bench --bench reconcile
 	cargo bench --bench pipeline
 

@@ -332,18 +332,12 @@ async fn metrics(probes: web::Data<Probes>) -> HttpResponse {
         probes.metrics.messages_ready.set(i64::from(depth.ready));
         probes.metrics.messages_parked.set(i64::from(depth.parked));
     }
+    let count = |gauge: &Gauge, n: usize| gauge.set(i64::try_from(n).unwrap_or(i64::MAX));
     if let Some(active) = probes.queue.active_shards() {
-        probes
-            .metrics
-            .shards_active
-            .set(i64::try_from(active).unwrap_or(i64::MAX));
+        count(&probes.metrics.shards_active, active);
     }
     if let Some(index) = &probes.index {
-        let count = index.state().len();
-        probes
-            .metrics
-            .applications_indexed
-            .set(i64::try_from(count).unwrap_or(i64::MAX));
+        count(&probes.metrics.applications_indexed, index.state().len());
     }
     HttpResponse::Ok()
         .content_type("text/plain; version=0.0.4; charset=utf-8")

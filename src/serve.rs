@@ -296,9 +296,9 @@ pub async fn serve(options: ServeOptions, roles: Roles, cache_dir: PathBuf) -> a
         let store = store.clone();
         let objects = roles.watch;
         let enqueue_apps = roles.watch;
-        let scope = live_watch::Scope::new(options.watch_namespaces.clone());
+        let scope = live_watch::Scope::new(&options.watch_namespaces);
         tasks.spawn(async move {
-            live_watch::run(client, queue, (writer, store), scope, objects, enqueue_apps).await;
+            live_watch::run(client, queue, writer, store, scope, objects, enqueue_apps).await;
         });
     }
     if roles.sweep {

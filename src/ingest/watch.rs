@@ -43,11 +43,10 @@ pub struct Scope {
 
 impl Scope {
     /// Every namespace when `namespaces` is empty (blank entries ignored).
-    pub fn new<I: IntoIterator<Item = S>, S: Into<String>>(namespaces: I) -> Self {
+    pub fn new<S: AsRef<str>>(namespaces: impl IntoIterator<Item = S>) -> Self {
         let namespaces = namespaces
             .into_iter()
-            .map(Into::into)
-            .map(|ns: String| ns.trim().to_string())
+            .map(|ns| ns.as_ref().trim().to_string())
             .filter(|ns| !ns.is_empty())
             .collect();
         Self { namespaces }
@@ -102,7 +101,8 @@ impl std::fmt::Display for Scope {
 pub async fn run(
     client: Client,
     queue: Arc<dyn Queue>,
-    (writer, store): (reflector::store::Writer<Application>, Store<Application>),
+    writer: reflector::store::Writer<Application>,
+    store: Store<Application>,
     scope: Scope,
     objects: bool,
     apps: bool,

@@ -11,6 +11,9 @@
 //! 8. health and status — written only when changed; Events for what happened.
 
 pub mod apply;
+mod commit_status;
+mod credentials;
+mod events;
 pub mod health;
 pub mod kinds;
 pub mod live;
@@ -18,30 +21,27 @@ pub mod plan;
 pub mod policy;
 pub mod prepare;
 pub mod status;
+mod status_write;
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Patch, PatchParams};
-use kube::{Api, ResourceExt};
-use serde_json::{Value, json};
+use kube::ResourceExt;
+use serde_json::Value;
 
 use crate::api::{Application, ApplicationStatus, Health, OperationSummary, ResourceStatus, Sync};
 use crate::context::Context;
 use crate::manifest::ObjectId;
 use crate::report::events::{Events, error_chain};
-use crate::report::github::{CommitStatuses, State};
-use crate::report::sync_status;
 use crate::source::git::Checkout;
 use crate::source::git::{CheckoutRequest, Credentials, GitError};
 use crate::source::render::{Job, Method, RenderError, directory};
 
 use apply::ApplyError;
 use live::LiveError;
-use plan::{Action, Cause, Plan};
+use plan::{Action, Plan};
 use prepare::PrepareError;
-use status::{Ending, Report, short};
+use status::{Ending, Report};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ReconcileError {
@@ -204,7 +204,7 @@ pub async fn reconcile(
             operation: None,
             now: now(),
         };
-        let (status, status_written) = write_status(ctx, app, report).await?;
+        let (status, status_written) = status_write::write_status(ctx, app, report).await?;
         return Ok(Outcome {
             status,
             status_written,
@@ -214,7 +214,7 @@ pub async fn reconcile(
     let mut revision = None;
     let result = sync(ctx, app, request, &events, started, &mut revision).await;
     if !request.dry_run {
-        commit_status_ending(ctx, app, request, revision.as_deref(), &result);
+        commit_status::ending(ctx, app, request, revision.as_deref(), &result);
     }
     match result {
         Ok(outcome) => Ok(outcome),
@@ -244,7 +244,7 @@ pub async fn reconcile(
             };
             tracing::warn!(app = %prepare::owner_key(app), reason, error = %message, "reconcile failed");
             // One Warning per distinct failure, not one per retry.
-            if write_status(ctx, app, report)
+            if status_write::write_status(ctx, app, report)
                 .await
                 .is_ok_and(|(_, written)| written)
             {
@@ -264,7 +264,7 @@ async fn sync(
     revision_out: &mut Option<String>,
 ) -> Result<Outcome, ReconcileError> {
     let source = &app.spec.source;
-    let credentials = credentials(ctx, app).await?;
+    let credentials = credentials::credentials(ctx, app).await?;
     let checkout = ctx
         .git
         .checkout(&CheckoutRequest {
@@ -278,7 +278,7 @@ async fn sync(
     let revision = checkout.commit.clone();
     *revision_out = Some(revision.clone());
     if !request.dry_run {
-        commit_status_pending(ctx, app, request, &revision);
+        commit_status::pending(ctx, app, request, &revision);
     }
 
     let manifests = render(ctx, app, credentials.as_ref(), &checkout).await?;
@@ -386,10 +386,10 @@ async fn sync(
         operation,
         now: now(),
     };
-    let (new_status, status_written) = write_status(ctx, app, report).await?;
+    let (new_status, status_written) = status_write::write_status(ctx, app, report).await?;
 
-    count_drift_corrections(ctx, &plan, &applied);
-    report_events(
+    events::count_drift_corrections(ctx, &plan, &applied);
+    events::report_events(
         events,
         &plan,
         &applied,
@@ -416,69 +416,6 @@ async fn sync(
     })
 }
 
-/// Whether this sync of `revision` gets commit statuses (see
-/// `report::sync_status`), and the service that posts them.
-fn commit_statuses<'a>(
-    ctx: &'a Context,
-    app: &Application,
-    request: &Request,
-    revision: &str,
-) -> Option<&'a CommitStatuses> {
-    let statuses = ctx.commit_statuses.as_ref()?;
-    let sight = sync_status::Sight {
-        revision,
-        announced: request.known_commit.as_deref(),
-        manual: request.manual,
-    };
-    sync_status::announces(app, sight).then_some(statuses)
-}
-
-fn commit_status_pending(ctx: &Context, app: &Application, request: &Request, revision: &str) {
-    if let Some(statuses) = commit_statuses(ctx, app, request, revision) {
-        let description = format!("Syncing {}", short(Some(revision)));
-        sync_status::post(statuses, app, revision, State::Pending, &description);
-    }
-}
-
-/// The status that follows the pending one, decided on the same (unchanged)
-/// Application, so that every pending gets its ending.
-fn commit_status_ending(
-    ctx: &Context,
-    app: &Application,
-    request: &Request,
-    revision: Option<&str>,
-    result: &Result<Outcome, ReconcileError>,
-) {
-    let Some(revision) = revision else { return };
-    let Some(statuses) = commit_statuses(ctx, app, request, revision) else {
-        return;
-    };
-    let message;
-    let ended = match result {
-        Ok(outcome) => Ok(sync_status::Done {
-            sync: outcome.status.sync.status,
-            applied: outcome.applied.len(),
-            pruned: outcome.pruned.len(),
-            message: outcome
-                .status
-                .conditions
-                .iter()
-                .find(|c| c.type_ == crate::api::ConditionType::Ready)
-                .map_or("", |c| c.message.as_str()),
-        }),
-        Err(error) => {
-            message = error_chain(error);
-            Err(sync_status::Failed {
-                transient: error.is_transient(),
-                reason: error.reason(),
-                message: &message,
-            })
-        }
-    };
-    let (state, description) = sync_status::ending(ended);
-    sync_status::post(statuses, app, revision, state, &description);
-}
-
 fn live_object<'a>(objects: &'a HashMap<ObjectId, Value>, id: &ObjectId) -> Option<&'a Value> {
     objects.get(id).or_else(|| {
         objects
@@ -502,225 +439,6 @@ fn skipped_message(step: &plan::Step, prune_blocked: Option<&str>) -> String {
             .unwrap_or("not in Git; pruning is off")
             .to_string(),
         Action::Unchanged => String::new(),
-    }
-}
-
-/// Drift set back, by kind, for the metrics.
-fn count_drift_corrections(ctx: &Context, plan: &Plan, applied: &[apply::Applied]) {
-    for step in &plan.steps {
-        let corrected = matches!(
-            step.action,
-            Action::Update {
-                cause: Cause::Drift,
-                ..
-            } | Action::Create { deleted_live: true }
-        );
-        if corrected && applied.iter().any(|a| a.id == step.id) {
-            ctx.metrics
-                .drift_corrections
-                .get_or_create(&crate::metrics::KindLabels {
-                    group: step.id.group.clone(),
-                    kind: step.id.kind.clone(),
-                })
-                .inc();
-        }
-    }
-}
-
-async fn report_events(
-    events: &Events,
-    plan: &Plan,
-    applied: &[apply::Applied],
-    pruned: &[ObjectId],
-    revision: &str,
-    previous: Option<&ApplicationStatus>,
-    status: &ApplicationStatus,
-) {
-    for step in &plan.steps {
-        if !applied.iter().any(|a| a.id == step.id) {
-            continue;
-        }
-        match &step.action {
-            Action::Update {
-                cause: Cause::Drift,
-                drift,
-            } => {
-                let fields: Vec<String> = drift.iter().map(|d| d.to_string()).collect();
-                events
-                    .normal(
-                        "DriftCorrected",
-                        "Apply",
-                        format!("{}: {}", step.id, fields.join(", ")),
-                    )
-                    .await;
-            }
-            Action::Create { deleted_live: true } => {
-                events
-                    .normal(
-                        "DriftCorrected",
-                        "Apply",
-                        format!("{}: recreated (it was deleted outside Setpoint)", step.id),
-                    )
-                    .await;
-            }
-            _ => {}
-        }
-    }
-    if !pruned.is_empty() {
-        let names: Vec<String> = pruned.iter().map(|id| id.to_string()).collect();
-        events
-            .normal("Pruned", "Prune", format!("pruned {}", names.join(", ")))
-            .await;
-    }
-    if !applied.is_empty() || !pruned.is_empty() {
-        let unchanged = plan
-            .steps
-            .iter()
-            .filter(|s| matches!(s.action, Action::Unchanged))
-            .count();
-        events
-            .normal(
-                "Synced",
-                "Sync",
-                format!(
-                    "synced to revision {}: applied {}, pruned {}, unchanged {}",
-                    short(Some(revision)),
-                    applied.len(),
-                    pruned.len(),
-                    unchanged
-                ),
-            )
-            .await;
-    }
-    let was_synced = previous.is_some_and(|s| s.sync.status == Sync::Synced);
-    if was_synced && status.sync.status == Sync::OutOfSync {
-        let drifted: Vec<String> = status
-            .resources
-            .iter()
-            .filter(|r| r.sync == Sync::OutOfSync)
-            .map(|r| {
-                format!(
-                    "{} {}: {}",
-                    r.kind,
-                    r.name,
-                    r.message.as_deref().unwrap_or("")
-                )
-            })
-            .collect();
-        events
-            .warning("DriftDetected", "Compare", drifted.join("; "))
-            .await;
-    }
-}
-
-/// Writes the status `report` builds on the Application as read, unless it
-/// is what the Application already says; returns it and whether it was
-/// written. The write is made only onto the version read (its
-/// `resourceVersion`): the status carries what it was built on (the
-/// history, the conditions' transition times), so a writer that read the
-/// Application earlier must not undo what another wrote since (a manual
-/// sync beside a worker). On a conflict the Application is read again and
-/// the same report built on its status: what this reconcile did (its
-/// operation) is kept, and its `observedGeneration` stays the one it
-/// reconciled, since a spec change is an event of its own.
-async fn write_status(
-    ctx: &Context,
-    app: &Application,
-    report: Report<'_>,
-) -> Result<(ApplicationStatus, bool), ReconcileError> {
-    let api: Api<Application> = Api::namespaced(
-        ctx.client.clone(),
-        app.metadata.namespace.as_deref().unwrap_or("default"),
-    );
-    let name = app.metadata.name.as_deref().unwrap_or_default();
-    let error = |source| ReconcileError::WriteStatus {
-        app: prepare::owner_key(app),
-        source,
-    };
-    let mut fresh: Option<Application> = None;
-    let mut attempt = 1;
-    loop {
-        let read = fresh.as_ref().unwrap_or(app);
-        let status = status::build(Report {
-            previous: read.status.as_ref(),
-            ..report.clone()
-        });
-        if read.status.as_ref() == Some(&status) {
-            return Ok((status, false));
-        }
-        let patch = json!({
-            "apiVersion": "setpoint.dev/v1alpha1",
-            "kind": "Application",
-            "metadata": { "resourceVersion": read.metadata.resource_version },
-            "status": status,
-        });
-        let written = api
-            .patch_status(
-                name,
-                &PatchParams::apply(plan::FIELD_MANAGER).force(),
-                &Patch::Apply(&patch),
-            )
-            .await;
-        match written {
-            Ok(_) => return Ok((status, true)),
-            Err(kube::Error::Api(s)) if s.code == 409 && attempt < STATUS_WRITE_ATTEMPTS => {
-                attempt += 1;
-                tracing::debug!(
-                    attempt,
-                    "the Application changed since it was read; its status is built again"
-                );
-                match api.get_opt(name).await.map_err(error)? {
-                    Some(application) => fresh = Some(application),
-                    // Deleted meanwhile: no status to keep.
-                    None => return Ok((status, false)),
-                }
-            }
-            Err(source) => return Err(error(source)),
-        }
-    }
-}
-
-/// How often a status write is tried on a fresh read after a conflict.
-const STATUS_WRITE_ATTEMPTS: u32 = 5;
-
-/// Git credentials from the Secret the Application names: `username` and
-/// `password`, or a `token` (sent as the password of user `git`).
-async fn credentials(
-    ctx: &Context,
-    app: &Application,
-) -> Result<Option<Credentials>, ReconcileError> {
-    let Some(name) = app.spec.source.credentials_secret.as_deref() else {
-        return Ok(ctx.git_credentials.clone());
-    };
-    let namespace = app
-        .metadata
-        .namespace
-        .clone()
-        .unwrap_or_else(|| "default".into());
-    let fail = |message: String| ReconcileError::Credentials {
-        namespace: namespace.clone(),
-        name: name.to_string(),
-        message,
-    };
-    let secret = Api::<Secret>::namespaced(ctx.client.clone(), &namespace)
-        .get(name)
-        .await
-        .map_err(|e| fail(crate::report::events::truncate(&e.to_string(), 200)))?;
-    let data = secret.data.unwrap_or_default();
-    let text = |key: &str| {
-        data.get(key)
-            .map(|v| String::from_utf8_lossy(&v.0).trim().to_string())
-    };
-    match (text("username"), text("password"), text("token")) {
-        (username, Some(password), _) => Ok(Some(Credentials {
-            username: username.unwrap_or_else(|| "git".into()),
-            password,
-        })),
-        (username, None, Some(token)) => Ok(Some(Credentials {
-            username: username.unwrap_or_else(|| "git".into()),
-            password: token,
-        })),
-        _ => Err(fail("it has neither a password nor a token key".into())),
     }
 }
 

@@ -1,0 +1,75 @@
+//! Commit statuses for a reconcile: `pending` when the sync of a new
+//! revision starts, its ending when the reconcile ends (the decision is
+//! `report::sync_status`, pure; this is the glue to the reconcile).
+
+use crate::api::Application;
+use crate::context::Context;
+use crate::report::events::error_chain;
+use crate::report::github::{CommitStatuses, State};
+use crate::report::sync_status;
+
+use super::status::short;
+use super::{Outcome, ReconcileError, Request};
+
+/// Whether this sync of `revision` gets commit statuses (see
+/// `report::sync_status`), and the service that posts them.
+fn commit_statuses<'a>(
+    ctx: &'a Context,
+    app: &Application,
+    request: &Request,
+    revision: &str,
+) -> Option<&'a CommitStatuses> {
+    let statuses = ctx.commit_statuses.as_ref()?;
+    let sight = sync_status::Sight {
+        revision,
+        announced: request.known_commit.as_deref(),
+        manual: request.manual,
+    };
+    sync_status::announces(app, sight).then_some(statuses)
+}
+
+pub(super) fn pending(ctx: &Context, app: &Application, request: &Request, revision: &str) {
+    if let Some(statuses) = commit_statuses(ctx, app, request, revision) {
+        let description = format!("Syncing {}", short(Some(revision)));
+        sync_status::post(statuses, app, revision, State::Pending, &description);
+    }
+}
+
+/// The status that follows the pending one, decided on the same (unchanged)
+/// Application, so that every pending gets its ending.
+pub(super) fn ending(
+    ctx: &Context,
+    app: &Application,
+    request: &Request,
+    revision: Option<&str>,
+    result: &Result<Outcome, ReconcileError>,
+) {
+    let Some(revision) = revision else { return };
+    let Some(statuses) = commit_statuses(ctx, app, request, revision) else {
+        return;
+    };
+    let message;
+    let ended = match result {
+        Ok(outcome) => Ok(sync_status::Done {
+            sync: outcome.status.sync.status,
+            applied: outcome.applied.len(),
+            pruned: outcome.pruned.len(),
+            message: outcome
+                .status
+                .conditions
+                .iter()
+                .find(|c| c.type_ == crate::api::ConditionType::Ready)
+                .map_or("", |c| c.message.as_str()),
+        }),
+        Err(error) => {
+            message = error_chain(error);
+            Err(sync_status::Failed {
+                transient: error.is_transient(),
+                reason: error.reason(),
+                message: &message,
+            })
+        }
+    };
+    let (state, description) = sync_status::ending(ended);
+    sync_status::post(statuses, app, revision, state, &description);
+}

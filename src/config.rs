@@ -75,6 +75,30 @@ pub const SETTINGS: &[Setting] = &[
         "",
     ),
     setting(
+        "tenancy.adminNamespaces",
+        "SETPOINT_ADMIN_NAMESPACES",
+        Kind::List,
+        "",
+    ),
+    setting(
+        "tenancy.defaultServiceAccount",
+        "SETPOINT_DEFAULT_SERVICE_ACCOUNT",
+        Kind::Text,
+        "default",
+    ),
+    setting(
+        "tenancy.globalCredentialsFor",
+        "SETPOINT_GLOBAL_CREDENTIALS_FOR",
+        Kind::List,
+        "",
+    ),
+    setting(
+        "source.allowLocal",
+        "SETPOINT_ALLOW_LOCAL_REPOS",
+        Kind::Flag,
+        "false",
+    ),
+    setting(
         "queue.amqpURLFile",
         "SETPOINT_AMQP_URL_FILE",
         Kind::Path,

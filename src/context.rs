@@ -2,9 +2,10 @@
 //! its request counter), the Git mirrors, the discovery cache. Cloned cheaply
 //! into every reconcile.
 
+use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use http::{Method, Request};
 use kube::client::{Body, ClientBuilder};
@@ -17,6 +18,7 @@ use crate::reconcile::kinds::Kinds;
 use crate::report::github::CommitStatuses;
 use crate::source::git::{Credentials, GitSource};
 use crate::source::render::{RenderSettings, Renderers};
+use crate::tenancy::{Identity, Tenancy, impersonating};
 
 #[derive(Clone)]
 pub struct Context(Arc<Inner>);
@@ -37,6 +39,12 @@ pub struct Inner {
     /// Commit statuses on GitHub for the syncs of new revisions, when a
     /// token is configured (`SETPOINT_GITHUB_TOKEN`).
     pub commit_statuses: Option<CommitStatuses>,
+    /// Admin namespaces, default service account, where sources may come
+    /// from.
+    pub tenancy: Tenancy,
+    /// One impersonating client per tenant identity, sharing `client`'s
+    /// connections.
+    impersonated: Mutex<HashMap<Identity, Client>>,
 }
 
 impl std::ops::Deref for Context {
@@ -48,14 +56,15 @@ impl std::ops::Deref for Context {
 
 impl Context {
     /// A context whose client counts every request it sends.
-    pub fn new(config: Config, cache_dir: PathBuf) -> Result<Self, kube::Error> {
-        Self::with_commit_statuses(config, cache_dir, None)
+    pub fn new(config: Config, cache_dir: PathBuf, tenancy: Tenancy) -> Result<Self, kube::Error> {
+        Self::with_commit_statuses(config, cache_dir, tenancy, None)
     }
 
     /// The same, posting commit statuses through `commit_statuses`.
     pub fn with_commit_statuses(
         config: Config,
         cache_dir: PathBuf,
+        tenancy: Tenancy,
         commit_statuses: Option<CommitStatuses>,
     ) -> Result<Self, kube::Error> {
         let requests = RequestCounter::default();
@@ -81,7 +90,22 @@ impl Context {
             reporter,
             git_credentials: credentials_from_env(),
             commit_statuses,
+            tenancy,
+            impersonated: Mutex::default(),
         })))
+    }
+
+    /// The client whose requests are made as `identity`: Setpoint's own for
+    /// an admin Application, else one that impersonates the service account.
+    pub fn client_for(&self, identity: &Identity) -> Client {
+        if identity.is_admin() {
+            return self.client.clone();
+        }
+        let mut clients = self.impersonated.lock().expect("impersonated clients lock");
+        clients
+            .entry(identity.clone())
+            .or_insert_with(|| impersonating(&self.client, identity))
+            .clone()
     }
 }
 

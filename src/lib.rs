@@ -19,4 +19,5 @@ pub mod reconcile;
 pub mod report;
 pub mod serve;
 pub mod source;
+pub mod tenancy;
 pub mod worker;

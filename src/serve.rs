@@ -20,6 +20,7 @@ use crate::queue::amqp::{AmqpQueue, AmqpSettings};
 use crate::queue::memory::MemoryQueue;
 use crate::queue::{Metered, Queue, RetryPolicy};
 use crate::report::github::{self, CommitStatuses, GitHubSettings, HookRef, Redelivery};
+use crate::tenancy::TenancyOptions;
 use crate::worker::{self, WorkerSettings};
 
 /// Which parts of Setpoint this process runs.
@@ -202,8 +203,15 @@ fn github_settings(options: &ServeOptions) -> anyhow::Result<Option<GitHubSettin
     }))
 }
 
-pub async fn serve(options: ServeOptions, roles: Roles, cache_dir: PathBuf) -> anyhow::Result<()> {
+pub async fn serve(
+    options: ServeOptions,
+    roles: Roles,
+    cache_dir: PathBuf,
+    tenancy: &TenancyOptions,
+) -> anyhow::Result<()> {
     let config = kube::Config::infer().await?;
+    let tenancy = tenancy.resolve(&config.default_namespace);
+    tracing::info!(admins = ?tenancy.admins, allow_local = tenancy.allow_local, "tenancy");
     let github = github_settings(&options)?;
     let commit_statuses = match &github {
         Some(settings) if roles.worker && options.github_commit_statuses => {
@@ -212,7 +220,7 @@ pub async fn serve(options: ServeOptions, roles: Roles, cache_dir: PathBuf) -> a
         }
         _ => None,
     };
-    let ctx = Context::with_commit_statuses(config, cache_dir, commit_statuses)?;
+    let ctx = Context::with_commit_statuses(config, cache_dir, tenancy, commit_statuses)?;
     let retry = RetryPolicy {
         max_attempts: options.max_attempts,
         initial: options.retry_initial,

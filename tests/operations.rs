@@ -382,6 +382,8 @@ fn app_cli(args: &[&str]) -> (i32, String, String) {
         .arg("app")
         .args(args)
         .env("KUBECONFIG", support::kubeconfig_path())
+        .env("SETPOINT_ALLOW_LOCAL_REPOS", "true")
+        .env("SETPOINT_ADMIN_NAMESPACES", "*")
         .output()
         .expect("run setpoint app");
     (

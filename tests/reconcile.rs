@@ -572,6 +572,8 @@ async fn setpoint_diff_exits_1_on_drift_and_0_in_sync() {
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_setpoint"))
             .args(["diff", &format!("{}/app", ns.name)])
             .env("KUBECONFIG", support::kubeconfig_path())
+            .env("SETPOINT_ALLOW_LOCAL_REPOS", "true")
+            .env("SETPOINT_ADMIN_NAMESPACES", "*")
             .env("SETPOINT_CACHE_DIR", cache.path())
             .output()
             .expect("run setpoint diff");

@@ -34,6 +34,11 @@ pub struct ApplicationSpec {
     pub destination: Destination,
     #[serde(default)]
     pub sync_policy: SyncPolicy,
+    /// The service account of the Application's own namespace that it acts
+    /// as, by impersonation, unless its namespace is an admin namespace
+    /// (`tenancy.adminNamespaces`); default `tenancy.defaultServiceAccount`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_account_name: Option<String>,
     /// Stop reconciling (Flux's `suspend`): nothing is applied or pruned.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub suspend: bool,

@@ -66,10 +66,15 @@ pub enum Format {
 }
 
 /// Runs an `app` command; the exit code.
-pub async fn run(command: AppCommand, cache_dir: &std::path::Path) -> anyhow::Result<i32> {
+pub async fn run(
+    command: AppCommand,
+    cache_dir: &std::path::Path,
+    tenancy: &crate::tenancy::TenancyOptions,
+) -> anyhow::Result<i32> {
     let config = kube::Config::infer().await?;
     let default_namespace = config.default_namespace.clone();
-    let ctx = crate::context::Context::new(config, cache_dir.to_path_buf())?;
+    let tenancy = tenancy.resolve(&default_namespace);
+    let ctx = crate::context::Context::new(config, cache_dir.to_path_buf(), tenancy)?;
     let target = |app: &str, scope: &Scope| -> (String, String) {
         match app.split_once('/') {
             Some((ns, name)) => (ns.to_string(), name.to_string()),

@@ -25,6 +25,14 @@ use crate::reconcile::prepare::Desired;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApplyError {
+    /// RBAC refused the Application's identity: nothing of the sync is
+    /// applied (the dry run comes first).
+    #[error("{}", forbidden_message(.id, .source))]
+    Forbidden {
+        id: ObjectId,
+        #[source]
+        source: kube::Error,
+    },
     #[error("the API server rejected {id}: {}", status_message(.source))]
     Rejected {
         id: ObjectId,
@@ -56,7 +64,7 @@ pub enum ApplyError {
 impl ApplyError {
     pub fn is_transient(&self) -> bool {
         match self {
-            ApplyError::Rejected { .. } => false,
+            ApplyError::Rejected { .. } | ApplyError::Forbidden { .. } => false,
             ApplyError::Kind { source, .. } => source.is_transient(),
             _ => true,
         }
@@ -67,6 +75,40 @@ fn status_message(error: &kube::Error) -> String {
     match error {
         kube::Error::Api(status) => status.message.clone(),
         other => other.to_string(),
+    }
+}
+
+/// `system:serviceaccount:team-a:deployer cannot create
+/// clusterrolebindings.rbac.authorization.k8s.io (rbac.authorization.k8s.io/ClusterRoleBinding admin)`,
+/// from the API server's "User \"…\" cannot create resource \"…\" in API
+/// group \"…\"" message; the message itself when it reads otherwise.
+fn forbidden_message(id: &ObjectId, error: &kube::Error) -> String {
+    let message = status_message(error);
+    let quoted_after = |marker: &str| -> Option<&str> {
+        let rest = &message[message.find(marker)? + marker.len()..];
+        rest.split('"').next()
+    };
+    let user = quoted_after("User \"");
+    let verb = message
+        .find(" cannot ")
+        .map(|i| &message[i + 8..])
+        .and_then(|rest| rest.split_whitespace().next());
+    let resource = quoted_after("resource \"");
+    match (user, verb, resource) {
+        (Some(user), Some(verb), Some(resource)) => {
+            let group = quoted_after("API group \"").unwrap_or_default();
+            let resource = if group.is_empty() {
+                resource.to_string()
+            } else {
+                format!("{resource}.{group}")
+            };
+            let scope = match &id.namespace {
+                Some(ns) => format!(" in namespace {ns}"),
+                None => String::new(),
+            };
+            format!("{user} cannot {verb} {resource}{scope} ({id})")
+        }
+        _ => format!("forbidden: {id}: {message}"),
     }
 }
 
@@ -201,7 +243,12 @@ fn namespace_in(desired: &[Desired], chosen: &[usize], namespace: &str) -> bool 
 }
 
 fn classify(id: &ObjectId, source: kube::Error) -> ApplyError {
-    if is_rejection(&source) {
+    if matches!(&source, kube::Error::Api(s) if s.code == 403) {
+        ApplyError::Forbidden {
+            id: id.clone(),
+            source,
+        }
+    } else if is_rejection(&source) {
         ApplyError::Rejected {
             id: id.clone(),
             source,
@@ -287,4 +334,62 @@ pub async fn prune(
         }
     }
     Ok(pruned)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn forbidden(message: &str) -> kube::Error {
+        kube::Error::Api(
+            serde_json::from_value(serde_json::json!({
+                "status": "Failure", "message": message, "reason": "Forbidden", "code": 403
+            }))
+            .unwrap(),
+        )
+    }
+
+    #[test]
+    fn forbidden_names_the_identity_the_verb_and_the_resource() {
+        let id = ObjectId {
+            group: "rbac.authorization.k8s.io".into(),
+            version: "v1".into(),
+            kind: "ClusterRoleBinding".into(),
+            namespace: None,
+            name: "admin".into(),
+        };
+        let error = classify(
+            &id,
+            forbidden(
+                "clusterrolebindings.rbac.authorization.k8s.io \"admin\" is forbidden: User \"system:serviceaccount:team-a:deployer\" cannot patch resource \"clusterrolebindings\" in API group \"rbac.authorization.k8s.io\" at the cluster scope",
+            ),
+        );
+        assert!(!error.is_transient());
+        assert_eq!(
+            error.to_string(),
+            "system:serviceaccount:team-a:deployer cannot patch clusterrolebindings.rbac.authorization.k8s.io (rbac.authorization.k8s.io/ClusterRoleBinding admin)"
+        );
+        let core = ObjectId {
+            group: String::new(),
+            version: "v1".into(),
+            kind: "ConfigMap".into(),
+            namespace: Some("team-b".into()),
+            name: "x".into(),
+        };
+        let error = classify(
+            &core,
+            forbidden(
+                "configmaps \"x\" is forbidden: User \"system:serviceaccount:team-a:default\" cannot patch resource \"configmaps\" in API group \"\" in the namespace \"team-b\"",
+            ),
+        );
+        assert_eq!(
+            error.to_string(),
+            "system:serviceaccount:team-a:default cannot patch configmaps in namespace team-b (ConfigMap team-b/x)"
+        );
+        let odd = classify(&core, forbidden("denied by a webhook"));
+        assert_eq!(
+            odd.to_string(),
+            "forbidden: ConfigMap team-b/x: denied by a webhook"
+        );
+    }
 }

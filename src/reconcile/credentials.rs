@@ -1,22 +1,30 @@
 //! Git credentials for an Application's source.
 
 use k8s_openapi::api::core::v1::Secret;
-use kube::Api;
+use kube::{Api, Client};
 
 use crate::api::Application;
 use crate::context::Context;
 use crate::source::git::Credentials;
+use crate::tenancy::Identity;
 
 use super::ReconcileError;
 
 /// Git credentials from the Secret the Application names: `username` and
-/// `password`, or a `token` (sent as the password of user `git`).
+/// `password`, or a `token` (sent as the password of user `git`), read from
+/// its own namespace as its identity (`client`). Without one, the configured
+/// credentials, where the tenancy settings let this identity use them.
 pub(super) async fn credentials(
     ctx: &Context,
     app: &Application,
+    identity: &Identity,
+    client: &Client,
 ) -> Result<Option<Credentials>, ReconcileError> {
     let Some(name) = app.spec.source.credentials_secret.as_deref() else {
-        return Ok(ctx.git_credentials.clone());
+        let allowed = ctx
+            .tenancy
+            .may_use_global_credentials(identity, &app.spec.source.repo_url);
+        return Ok(ctx.git_credentials.clone().filter(|_| allowed));
     };
     let namespace = app
         .metadata
@@ -28,7 +36,7 @@ pub(super) async fn credentials(
         name: name.to_string(),
         message,
     };
-    let secret = Api::<Secret>::namespaced(ctx.client.clone(), &namespace)
+    let secret = Api::<Secret>::namespaced(client.clone(), &namespace)
         .get(name)
         .await
         .map_err(|e| fail(crate::report::events::truncate(&e.to_string(), 200)))?;

@@ -17,6 +17,7 @@ mod events;
 pub mod health;
 pub mod kinds;
 pub mod live;
+pub mod ownership;
 pub mod plan;
 pub mod policy;
 pub mod prepare;
@@ -36,6 +37,7 @@ use crate::report::events::{Events, error_chain};
 use crate::source::git::Checkout;
 use crate::source::git::{CheckoutRequest, Credentials, GitError};
 use crate::source::render::{Job, Method, RenderError, directory};
+use crate::tenancy::TenancyError;
 
 use apply::ApplyError;
 use live::LiveError;
@@ -55,6 +57,13 @@ pub enum ReconcileError {
     Live(#[from] LiveError),
     #[error(transparent)]
     Apply(#[from] ApplyError),
+    #[error(transparent)]
+    Tenancy(#[from] TenancyError),
+    #[error(
+        "{}; Setpoint never applies, adopts or prunes another Application's objects",
+        .0.iter().map(|f| f.to_string()).collect::<Vec<_>>().join(", ")
+    )]
+    Owned(Vec<ownership::Foreign>),
     #[error("failed to read the credentials Secret {namespace}/{name}: {message}")]
     Credentials {
         namespace: String,
@@ -79,6 +88,7 @@ impl ReconcileError {
             ReconcileError::Prepare(e) => e.is_transient(),
             ReconcileError::Live(_) => true,
             ReconcileError::Apply(e) => e.is_transient(),
+            ReconcileError::Tenancy(_) | ReconcileError::Owned(_) => false,
             ReconcileError::Credentials { .. } => false,
             ReconcileError::WriteStatus { .. } => true,
         }
@@ -98,6 +108,9 @@ impl ReconcileError {
             ReconcileError::Prepare(_) => "UnknownKind",
             ReconcileError::Live(_) => "ReadLiveFailed",
             ReconcileError::Apply(ApplyError::Rejected { .. }) => "ApplyRejected",
+            ReconcileError::Apply(ApplyError::Forbidden { .. }) => "Forbidden",
+            ReconcileError::Tenancy(e) => e.reason(),
+            ReconcileError::Owned(_) => "OwnedByAnotherApplication",
             ReconcileError::Apply(ApplyError::Prune { .. }) => "PruneFailed",
             ReconcileError::Apply(_) => "ApplyFailed",
             ReconcileError::Credentials { .. } => "CredentialsInvalid",
@@ -264,7 +277,13 @@ async fn sync(
     revision_out: &mut Option<String>,
 ) -> Result<Outcome, ReconcileError> {
     let source = &app.spec.source;
-    let credentials = credentials::credentials(ctx, app).await?;
+    // Who this Application acts as: every request on its behalf below (the
+    // credentials Secret, the live reads, the dry run, the apply, the prune)
+    // goes through `client`, so the API server's RBAC decides.
+    let identity = ctx.tenancy.identity(app)?;
+    ctx.tenancy.check_source(&source.repo_url)?;
+    let client = ctx.client_for(&identity);
+    let credentials = credentials::credentials(ctx, app, &identity, &client).await?;
     let checkout = ctx
         .git
         .checkout(&CheckoutRequest {
@@ -283,8 +302,12 @@ async fn sync(
 
     let manifests = render(ctx, app, credentials.as_ref(), &checkout).await?;
     let mut desired = prepare::prepare(&ctx.client, &ctx.kinds, app, manifests).await?;
-    let (live, skipped_kinds) = live::read(&ctx.client, &ctx.kinds, app, &desired).await?;
+    let (live, skipped_kinds) = live::read(&client, &ctx.kinds, app, &desired).await?;
     let desired_manifests: Vec<_> = desired.iter().map(|d| d.manifest.clone()).collect();
+    let foreign = ownership::foreign(&desired_manifests, &live, &prepare::owner_key(app));
+    if !foreign.is_empty() {
+        return Err(ReconcileError::Owned(foreign));
+    }
     let plan = plan::plan(&desired_manifests, &live);
     if request.dry_run {
         return Ok(Outcome {
@@ -306,7 +329,7 @@ async fn sync(
         .map(|(i, m)| (&m.id, i))
         .collect();
     let chosen: Vec<usize> = decision.apply.iter().map(|s| index[&s.id]).collect();
-    let applied = apply::apply(&ctx.client, &ctx.kinds, &mut desired, &chosen).await?;
+    let applied = apply::apply(&client, &ctx.kinds, &mut desired, &chosen).await?;
     if applied
         .iter()
         .any(|a| a.id.group == "apiextensions.k8s.io" && a.id.kind == "CustomResourceDefinition")
@@ -314,7 +337,7 @@ async fn sync(
         ctx.renderers.invalidate_capabilities().await;
     }
     let prune_targets: Vec<ObjectId> = decision.prune.iter().map(|s| s.id.clone()).collect();
-    let pruned = apply::prune(&ctx.client, &ctx.kinds, &prune_targets, &live.objects).await?;
+    let pruned = apply::prune(&client, &ctx.kinds, &prune_targets, &live.objects).await?;
 
     // Health and per-object status, from what the API server returned.
     let applied_live: HashMap<&ObjectId, &Value> =

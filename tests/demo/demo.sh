@@ -88,7 +88,8 @@ port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); p
 metrics_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 SETPOINT_LOG=info "$SETPOINT" run --listen "127.0.0.1:$port" --metrics-listen "127.0.0.1:$metrics_port" \
   --amqp-url "$amqp" --amqp-prefix "$prefix" \
-  --github-secret "$secret" --cache-dir "$work/cache" --sweep-interval 10m >"$work/setpoint.log" 2>&1 &
+  --github-secret "$secret" --cache-dir "$work/cache" --sweep-interval 10m \
+  --admin-namespaces "$ns" --allow-local-repos >"$work/setpoint.log" 2>&1 &
 setpoint_pid=$!
 trap 'kill $setpoint_pid 2>/dev/null || true' EXIT
 wait_until 60 "the webhook" curl -sf "http://127.0.0.1:$port/healthz"

@@ -14,6 +14,7 @@ use setpoint::api::{
 };
 use setpoint::context::Context;
 use setpoint::reconcile::{Outcome, ReconcileError, Request, reconcile};
+use setpoint::tenancy::Tenancy;
 
 use super::{TestNamespace, kube_config};
 
@@ -44,8 +45,15 @@ pub async fn context() -> (Context, tempfile::TempDir) {
         .prefix("setpoint-cache-")
         .tempdir()
         .unwrap();
-    let ctx = Context::new(kube_config().await, cache.path().to_path_buf()).expect("a context");
+    // Every namespace an admin namespace, local repositories allowed: the
+    // tenancy tests build their own context (`context_with`).
+    let ctx = context_with(Tenancy::single_tenant(), &cache).await;
     (ctx, cache)
+}
+
+/// A context with the given tenancy settings, its Git cache in `cache`.
+pub async fn context_with(tenancy: Tenancy, cache: &tempfile::TempDir) -> Context {
+    Context::new(kube_config().await, cache.path().to_path_buf(), tenancy).expect("a context")
 }
 
 pub fn automated(prune: bool, self_heal: bool) -> SyncPolicy {

@@ -70,6 +70,11 @@ impl Setpoint {
             .env("SETPOINT_LOG", "info,setpoint=debug")
             // Tests run side by side: any free port unless a test names one.
             .env("SETPOINT_METRICS_LISTEN", "127.0.0.1:0")
+            // The tests' repositories are local, and their Applications act
+            // with Setpoint's rights unless a test says otherwise (the
+            // tenancy tests).
+            .env("SETPOINT_ALLOW_LOCAL_REPOS", "true")
+            .env("SETPOINT_ADMIN_NAMESPACES", "*")
             .envs(env.iter().copied())
             .stdout(out.try_clone().unwrap())
             .stderr(out)

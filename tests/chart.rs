@@ -511,9 +511,33 @@ async fn defaults_render_every_role_and_the_api_server_accepts_them() {
         .cloned()
         .unwrap_or_default();
     assert!(
-        rules.iter().any(rule_grants_everything),
-        "a reconciler applies anything: {rules:?}"
+        !rules.iter().any(rule_grants_everything),
+        "Setpoint's own role does not write everything: {rules:?}"
     );
+    assert!(
+        rules
+            .iter()
+            .any(|rule| strings(&rule["resources"]) == ["serviceaccounts"]
+                && strings(&rule["verbs"]) == ["impersonate"]),
+        "tenant Applications are impersonated: {rules:?}"
+    );
+    let admin = find(
+        &objects,
+        "ClusterRole",
+        &format!("{FULLNAME}-admin-applications"),
+    );
+    assert!(
+        admin["rules"]
+            .as_array()
+            .is_some_and(|rules| rules.iter().any(rule_grants_everything)),
+        "admin namespaces' Applications apply anything: {admin}"
+    );
+    let admin_binding = find(
+        &objects,
+        "ClusterRoleBinding",
+        &format!("{FULLNAME}-admin-applications"),
+    );
+    assert_eq!(admin_binding["subjects"][0]["name"], FULLNAME);
     let binding = find(&objects, "ClusterRoleBinding", FULLNAME);
     assert_eq!(binding["roleRef"]["name"], FULLNAME);
     assert_eq!(binding["subjects"][0]["kind"], "ServiceAccount");

@@ -387,3 +387,160 @@ async fn local_repositories_are_refused_unless_allowed() {
     assert!(message.contains("--allow-local-repos"), "{message}");
     assert!(configmap(&ns.name, "local").await.is_none());
 }
+
+/// Every log line, metric and status written while `setpoint run` serves
+/// tenants (a sync, a forbidden commit, a repository URL with a password,
+/// signed, unsigned and GitLab deliveries) is free of the webhook secrets,
+/// the Git password and the AMQP password.
+#[tokio::test]
+async fn secrets_appear_in_no_log_line_metric_or_status() {
+    use support::process::{
+        Setpoint, free_port, github_push, gitlab_push, post, post_github, post_gitlab, scrape,
+    };
+
+    let ns = TestNamespace::new("tenancy-secrets").await;
+    install_crd(&ns.client).await;
+    editor(&ns, "deployer").await;
+    let github_secret = unique_name("whsec");
+    let gitlab_token = unique_name("gltok");
+    let git_password = unique_name("gitpw");
+    let url_password = unique_name("urlpw");
+    let secrets = [
+        github_secret.as_str(),
+        gitlab_token.as_str(),
+        git_password.as_str(),
+        url_password.as_str(),
+        support::AMQP_TEST_PASSWORD,
+    ];
+
+    let repo = GitRepo::new();
+    repo.write("app/web.yaml", &configmap_yaml("web", None, "1"));
+    repo.write("other/cm.yaml", &configmap_yaml("other", None, "1"));
+    let commit = repo.commit("web");
+    let served = repo.serve_http("acme", "deploy");
+    let with_password = served
+        .url
+        .replace("http://", &format!("http://someone:{url_password}@"));
+    let escalating = GitRepo::new();
+    escalating.write(
+        "app/ns.yaml",
+        "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: tenancy-secrets-escalation\n",
+    );
+    escalating.commit("a namespace");
+
+    let port = free_port();
+    let metrics_port = free_port();
+    let cache = cache();
+    let listen = format!("127.0.0.1:{port}");
+    let metrics_listen = format!("127.0.0.1:{metrics_port}");
+    let amqp_url = support::amqp_url_with_password();
+    let prefix = support::amqp_prefix("secrets");
+    let credentials_for = served.url.rsplit_once("/deploy").unwrap().0.to_string();
+    let mut setpoint = Setpoint::scoped(
+        &ns.name,
+        &[
+            "run",
+            "--listen",
+            &listen,
+            "--metrics-listen",
+            &metrics_listen,
+            "--sweep-interval",
+            "2s",
+        ],
+        &[
+            ("SETPOINT_ADMIN_NAMESPACES", "setpoint-system"),
+            ("SETPOINT_GLOBAL_CREDENTIALS_FOR", &credentials_for),
+            ("SETPOINT_GITHUB_SECRETS", &github_secret),
+            ("SETPOINT_GITLAB_TOKENS", &gitlab_token),
+            ("SETPOINT_GIT_USERNAME", "setpoint"),
+            ("SETPOINT_GIT_PASSWORD", &git_password),
+            ("SETPOINT_AMQP_URL", &amqp_url),
+            ("SETPOINT_AMQP_PREFIX", &prefix),
+            ("SETPOINT_LOG", "debug"),
+            ("SETPOINT_LOG_FORMAT", "json"),
+        ],
+        cache.path(),
+    );
+    setpoint.wait_http().await;
+
+    create_app(&ns, "web", &served.url, "app", automated(true, true)).await;
+    set_service_account(&ns, "web", "deployer").await;
+    create_app(
+        &ns,
+        "userinfo",
+        &with_password,
+        "app",
+        automated(true, true),
+    )
+    .await;
+    set_service_account(&ns, "userinfo", "deployer").await;
+    create_app(
+        &ns,
+        "escalate",
+        &escalating.url(),
+        "app",
+        automated(true, true),
+    )
+    .await;
+    set_service_account(&ns, "escalate", "deployer").await;
+
+    let push = github_push(&served.url, &commit, &["app/web.yaml"]);
+    assert_eq!(
+        post_github(port, Some(&github_secret), &unique_name("d"), &push).0,
+        200
+    );
+    assert_eq!(
+        post_github(port, Some("not-the-secret"), &unique_name("d"), &push).0,
+        401
+    );
+    let gitlab = gitlab_push(&served.url, &commit, &["app/web.yaml"]);
+    assert_eq!(post_gitlab(port, &gitlab_token, &gitlab).0, 200);
+    assert_eq!(post_gitlab(port, "wrong-token", &gitlab).0, 401);
+
+    support::wait_for(
+        "web synced, escalate stalled, userinfo reconciled",
+        std::time::Duration::from_secs(90),
+        || async {
+            support::app::synced_at(&ns, "web", &commit).await?;
+            for app in ["escalate", "userinfo"] {
+                let status = get_app(&ns, app).await.status;
+                if status.as_ref().is_none_or(|s| s.conditions.is_empty()) {
+                    return Err(format!("{app} has no conditions yet"));
+                }
+            }
+            Ok(())
+        },
+    )
+    .await;
+    assert_eq!(stalled(&get_app(&ns, "escalate").await).0, "Forbidden");
+
+    let mut written = setpoint.logs();
+    written.push_str(&scrape(metrics_port).expect("metrics"));
+    for app in ["web", "userinfo", "escalate"] {
+        let status = get_app(&ns, app).await.status;
+        written.push_str(&serde_json::to_string(&status).unwrap());
+    }
+    for reason in ["Synced", "Forbidden", "FetchFailed", "CredentialsInvalid"] {
+        for app in ["web", "userinfo", "escalate"] {
+            written.push_str(&event_notes(&ns, app, reason).await.join("\n"));
+        }
+    }
+    let (_, readyz) = post(metrics_port, "/readyz", &[], "", "GET");
+    written.push_str(&readyz);
+    assert!(
+        written.contains("escalate"),
+        "the collection holds the run's output"
+    );
+    for secret in secrets {
+        assert!(
+            !written.contains(secret),
+            "a secret was written: {secret}\n{}",
+            written
+                .lines()
+                .filter(|l| l.contains(secret))
+                .take(5)
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+    }
+}

@@ -7,12 +7,16 @@
 #   rabbitmq.sh status exit 0 when it accepts AMQP connections
 #   rabbitmq.sh fresh-vhost NAME
 #                      delete the virtual host NAME with everything in it and
-#                      create it empty, for user guest: each `make test` starts
+#                      create it empty, for users guest and setpoint-test
+#                      (password amqp-pw-7c1e9b3f): each `make test` starts
 #                      from an empty broker and leaves no queues behind it to
 #                      pile up over runs
 set -euo pipefail
 
 PORT=5672
+# The tests' own user (tests/support/mod.rs names the same).
+TEST_USER=setpoint-test
+TEST_PASSWORD=amqp-pw-7c1e9b3f
 # The consistent-hash exchange shards Applications over the worker queues.
 PLUGINS=(rabbitmq_consistent_hash_exchange)
 
@@ -108,6 +112,13 @@ cmd_fresh_vhost() {
   rabbitmqctl add_vhost -q "$vhost" >/dev/null || die "could not create vhost $vhost"
   rabbitmqctl set_permissions -q -p "$vhost" guest '.*' '.*' '.*' >/dev/null ||
     die "could not grant guest access to vhost $vhost"
+  # A user of its own with a password no other string contains, so a test
+  # can look for the password in everything Setpoint wrote.
+  if ! rabbitmqctl list_users -q 2>/dev/null | awk '{print $1}' | grep -qxF "$TEST_USER"; then
+    rabbitmqctl add_user -q "$TEST_USER" "$TEST_PASSWORD" >/dev/null || die "could not add user $TEST_USER"
+  fi
+  rabbitmqctl set_permissions -q -p "$vhost" "$TEST_USER" '.*' '.*' '.*' >/dev/null ||
+    die "could not grant $TEST_USER access to vhost $vhost"
   log "vhost $vhost is empty"
 }
 

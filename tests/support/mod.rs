@@ -117,6 +117,16 @@ pub fn amqp_url() -> String {
         .unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/setpoint-test".to_string())
 }
 
+/// The password of the broker user `setpoint-test` that `make test` creates
+/// with the test vhost: a string found nowhere else, so a test can look for
+/// it in what Setpoint wrote.
+pub const AMQP_TEST_PASSWORD: &str = "amqp-pw-7c1e9b3f";
+
+/// The test vhost as user `setpoint-test`.
+pub fn amqp_url_with_password() -> String {
+    format!("amqp://setpoint-test:{AMQP_TEST_PASSWORD}@127.0.0.1:5672/setpoint-test")
+}
+
 /// A prefix for the exchanges and queues of one test, so tests share the
 /// broker without seeing each other's messages.
 pub fn amqp_prefix(test: &str) -> String {

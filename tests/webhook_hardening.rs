@@ -13,10 +13,12 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use setpoint::ingest::webhook::dedupe::amqp::AmqpSeen;
+use setpoint::ingest::webhook::dedupe::{RecordKey, Seen};
 use setpoint::queue::amqp::{AmqpQueue, AmqpSettings};
 use setpoint::queue::{Queue, RetryPolicy};
 use support::app::{create_app, install_crd};
-use support::process::{Setpoint, free_port, github_push, github_signature, post_github, sample};
+use support::process::{Setpoint, free_port, github_push, post_github, sample};
 use support::{GitRepo, TestNamespace, amqp_prefix, amqp_url, unique_name, wait_for};
 
 const SECRET: &str = "webhook-hardening-secret";
@@ -26,12 +28,7 @@ const FORGED: &str = "sha256=000000000000000000000000000000000000000000000000000
 /// `setpoint webhook` on RabbitMQ, following the Applications of
 /// `namespace` (which need not exist), with `env` on top; and the port of
 /// its metrics.
-fn webhook(
-    namespace: &str,
-    prefix: &str,
-    cache: &Path,
-    env: &[(&str, &str)],
-) -> (Setpoint, u16) {
+fn webhook(namespace: &str, prefix: &str, cache: &Path, env: &[(&str, &str)]) -> (Setpoint, u16) {
     let listen = format!("127.0.0.1:{}", free_port());
     let metrics_port = free_port();
     let metrics = format!("127.0.0.1:{metrics_port}");
@@ -50,7 +47,10 @@ fn webhook(
         ("SETPOINT_METRICS_LISTEN", metrics.as_str()),
     ];
     all.extend_from_slice(env);
-    (Setpoint::scoped(namespace, &args, &all, cache), metrics_port)
+    (
+        Setpoint::scoped(namespace, &args, &all, cache),
+        metrics_port,
+    )
 }
 
 /// A kilobyte from /proc/<pid>/status (`VmHWM`, `VmRSS`), in MiB.
@@ -202,19 +202,25 @@ async fn half_sent_bodies_are_closed_at_the_read_deadline_while_signed_pushes_ar
     let mut answered = std::collections::BTreeMap::new();
     let limit = READ_TIMEOUT + Duration::from_secs(15);
     for stream in &mut slow {
-        let left = limit.saturating_sub(started.elapsed()).max(Duration::from_millis(1));
-        let status = read_status(stream, left);
-        // Nothing more comes: the server closed the connection.
-        stream.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
-        let mut rest = [0u8; 512];
-        let closed = loop {
-            match stream.read(&mut rest) {
-                Ok(0) => break true,
-                Ok(_) => continue,
-                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
-                    break false;
+        let left = || {
+            limit
+                .saturating_sub(started.elapsed())
+                .max(Duration::from_millis(1))
+        };
+        let status = read_status(stream, left());
+        // Then nothing more: the server closed the connection.
+        let closed = status.is_some() && {
+            stream.set_read_timeout(Some(left())).unwrap();
+            let mut rest = [0u8; 512];
+            loop {
+                match stream.read(&mut rest) {
+                    Ok(0) => break true,
+                    Ok(_) => continue,
+                    Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                        break false;
+                    }
+                    Err(_) => break true,
                 }
-                Err(_) => break true,
             }
         };
         *answered.entry((status, closed)).or_insert(0) += 1;
@@ -322,4 +328,36 @@ async fn a_replayed_push_is_dropped_across_a_restart_and_enqueues_nothing() {
     }
     assert_eq!(events, ["a"]);
     queue.delete_topology().await.unwrap();
+}
+
+#[tokio::test]
+async fn replicas_sharing_rabbitmq_accept_a_push_once_and_again_after_the_window() {
+    let prefix = amqp_prefix("seen");
+    let window = Duration::from_secs(2);
+    let replicas: Vec<AmqpSeen> = (0..4)
+        .map(|_| AmqpSeen::new(amqp_url(), &prefix, window))
+        .collect();
+    let key = RecordKey::new(&[b"push", unique_name("key").as_bytes()]);
+
+    // The same replay reaches every replica at once: one takes it.
+    let claims = futures::future::join_all(replicas.iter().map(|r| r.claim(&key))).await;
+    let claims: Vec<bool> = claims.into_iter().map(Result::unwrap).collect();
+    assert_eq!(claims.iter().filter(|c| **c).count(), 1, "{claims:?}");
+    for replica in &replicas {
+        assert!(!replica.claim(&key).await.unwrap());
+    }
+    // A replica forgets what it could not enqueue.
+    replicas[1].forget(&key).await.unwrap();
+    assert!(replicas[2].claim(&key).await.unwrap());
+    // After the window, a new push.
+    let started = Instant::now();
+    wait_for("the record to expire", Duration::from_secs(20), || async {
+        match replicas[3].claim(&key).await {
+            Ok(true) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    assert!(started.elapsed() >= window - Duration::from_millis(500));
+    replicas[0].forget(&key).await.unwrap();
 }

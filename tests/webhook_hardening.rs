@@ -15,7 +15,6 @@ use std::time::{Duration, Instant};
 
 use setpoint::ingest::webhook::dedupe::amqp::AmqpSeen;
 use setpoint::ingest::webhook::dedupe::{RecordKey, Seen};
-use setpoint::queue::amqp::{AmqpQueue, AmqpSettings};
 use setpoint::queue::{Queue, RetryPolicy};
 use support::app::{create_app, install_crd};
 use support::process::{Setpoint, free_port, github_push, post_github, sample};
@@ -243,21 +242,6 @@ async fn half_sent_bodies_are_closed_at_the_read_deadline_while_signed_pushes_ar
     );
 }
 
-async fn amqp(prefix: &str) -> AmqpQueue {
-    let queue = AmqpQueue::connect(AmqpSettings {
-        url: amqp_url(),
-        prefix: prefix.to_string(),
-        retry: RetryPolicy::default(),
-        ..AmqpSettings::default()
-    })
-    .await;
-    assert!(
-        queue.wait_ready(Duration::from_secs(20)).await,
-        "RabbitMQ is up (make rabbitmq-up)"
-    );
-    queue
-}
-
 #[tokio::test]
 async fn a_replayed_push_is_dropped_across_a_restart_and_enqueues_nothing() {
     let ns = TestNamespace::new("replay").await;
@@ -279,7 +263,7 @@ async fn a_replayed_push_is_dropped_across_a_restart_and_enqueues_nothing() {
     )
     .await;
     let prefix = amqp_prefix("replay");
-    let queue = amqp(&prefix).await;
+    let queue = support::amqp_queue(&prefix, RetryPolicy::default()).await;
 
     let body = github_push(&repo.url(), &commit, &["apps/a/cm.yaml"]);
     let (mut first, _) = webhook(&ns.name, &prefix, cache.path(), &[]);

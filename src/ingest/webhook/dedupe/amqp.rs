@@ -140,7 +140,31 @@ impl AmqpSeen {
 #[async_trait]
 impl Seen for AmqpSeen {
     async fn claim(&self, key: &RecordKey) -> Result<bool, DedupeError> {
-        let result = tokio::time::timeout(TIMEOUT, self.try_claim(key))
+        self.bounded(self.try_claim(key)).await
+    }
+
+    async fn forget(&self, key: &RecordKey) -> Result<(), DedupeError> {
+        let queue = self.queue_name(key)?;
+        self.bounded(async {
+            let channel = self.channel().await?;
+            channel
+                .queue_delete(queue.clone(), QueueDeleteOptions::default())
+                .await
+                .map(|_| ())
+                .map_err(|e| unavailable(format!("failed to delete {queue}"), e))
+        })
+        .await
+    }
+}
+
+impl AmqpSeen {
+    /// `call` within `TIMEOUT`; after a failure the next call connects
+    /// afresh.
+    async fn bounded<T>(
+        &self,
+        call: impl Future<Output = Result<T, DedupeError>>,
+    ) -> Result<T, DedupeError> {
+        let result = tokio::time::timeout(TIMEOUT, call)
             .await
             .unwrap_or_else(|_| {
                 Err(DedupeError::Unavailable(format!(
@@ -151,27 +175,6 @@ impl Seen for AmqpSeen {
             self.reset().await;
         }
         result
-    }
-
-    async fn forget(&self, key: &RecordKey) -> Result<(), DedupeError> {
-        let queue = self.queue_name(key)?;
-        let deleted = tokio::time::timeout(TIMEOUT, async {
-            let channel = self.channel().await?;
-            channel
-                .queue_delete(queue.clone(), QueueDeleteOptions::default())
-                .await
-                .map_err(|e| unavailable(format!("failed to delete {queue}"), e))
-        })
-        .await
-        .unwrap_or_else(|_| {
-            Err(DedupeError::Unavailable(format!(
-                "no answer from RabbitMQ within {TIMEOUT:?}"
-            )))
-        });
-        if deleted.is_err() {
-            self.reset().await;
-        }
-        deleted.map(|_| ())
     }
 }
 

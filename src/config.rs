@@ -150,6 +150,36 @@ pub const SETTINGS: &[Setting] = &[
         "26214400",
     ),
     setting(
+        "webhook.gitlabBodyLimit",
+        "SETPOINT_WEBHOOK_GITLAB_BODY_LIMIT",
+        Kind::Count {
+            min: 1024,
+            max: 1 << 30,
+        },
+        "10485760",
+    ),
+    setting(
+        "webhook.inFlightLimit",
+        "SETPOINT_WEBHOOK_IN_FLIGHT_LIMIT",
+        Kind::Count {
+            min: 1024,
+            max: 1 << 34,
+        },
+        "67108864",
+    ),
+    setting(
+        "webhook.readTimeout",
+        "SETPOINT_WEBHOOK_READ_TIMEOUT",
+        Kind::Duration,
+        "10s",
+    ),
+    setting(
+        "webhook.replayWindow",
+        "SETPOINT_WEBHOOK_REPLAY_WINDOW",
+        Kind::Duration,
+        "5m",
+    ),
+    setting(
         "webhook.githubSecretFiles",
         "SETPOINT_GITHUB_SECRET_FILES",
         Kind::List,

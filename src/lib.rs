@@ -12,6 +12,7 @@ pub mod config;
 pub mod context;
 pub mod event;
 pub mod ingest;
+pub mod logging;
 pub mod manifest;
 pub mod metrics;
 pub mod queue;

@@ -3,6 +3,7 @@
 use clap::Parser;
 use setpoint::cli::{Cli, Command, run};
 use tracing_subscriber::EnvFilter;
+use tracing_subscriber::util::SubscriberInitExt as _;
 
 fn main() -> anyhow::Result<()> {
     let mut cli = Cli::parse();
@@ -26,23 +27,11 @@ fn main() -> anyhow::Result<()> {
     std::process::exit(code);
 }
 
-/// `SETPOINT_LOG` is the filter (default `warn`); `SETPOINT_LOG_FORMAT=json`
-/// writes one JSON object per line, with the spans (Application, event,
-/// delivery) on each.
+/// See `setpoint::logging`.
 fn init_logging() {
     let filter = EnvFilter::try_from_env("SETPOINT_LOG").unwrap_or_else(|_| "warn".into());
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    if std::env::var("SETPOINT_LOG_FORMAT").is_ok_and(|f| f == "json") {
-        builder
-            .json()
-            .with_current_span(true)
-            .with_span_list(true)
-            .init();
-    } else {
-        builder
-            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-            .init();
-    }
+    let json = std::env::var("SETPOINT_LOG_FORMAT").is_ok_and(|f| f == "json");
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    // `init` also forwards the `log` records of the libraries that use it.
+    setpoint::logging::subscriber(filter, json, ansi, std::io::stderr).init();
 }

@@ -111,7 +111,7 @@ impl Metrics {
         let webhooks = Family::<WebhookLabels, Counter>::default();
         registry.register(
             "webhook_requests",
-            "Webhook deliveries by provider and outcome",
+            "Webhook deliveries by provider and outcome (accepted, duplicate: a redelivery or a replay, ignored, unauthorized, bad_request, too_large, unsupported_media_type, busy: too many bytes in flight, timeout: the body came too slowly, unavailable)",
             webhooks.clone(),
         );
         let publish_seconds = seconds_buckets();

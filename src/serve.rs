@@ -81,9 +81,23 @@ pub struct ServeOptions {
     /// A file holding a GitLab webhook token (repeatable, or comma-separated).
     #[arg(long, env = "SETPOINT_GITLAB_TOKEN_FILES", value_delimiter = ',')]
     pub gitlab_token_file: Vec<PathBuf>,
-    /// Largest webhook body accepted, in bytes (GitHub's own cap is 25 MiB).
-    #[arg(long, env = "SETPOINT_WEBHOOK_BODY_LIMIT", default_value_t = 25 * 1024 * 1024)]
+    /// Largest GitHub webhook body accepted, in bytes (GitHub's own cap is
+    /// 25 MiB).
+    #[arg(long, env = "SETPOINT_WEBHOOK_BODY_LIMIT", default_value_t = webhook::DEFAULT_BODY_LIMIT)]
     pub body_limit: usize,
+    /// Largest GitLab webhook body accepted, in bytes.
+    #[arg(long, env = "SETPOINT_WEBHOOK_GITLAB_BODY_LIMIT", default_value_t = webhook::DEFAULT_GITLAB_BODY_LIMIT)]
+    pub gitlab_body_limit: usize,
+    /// Bytes all webhook bodies being read at once may hold; past it, 503.
+    #[arg(long, env = "SETPOINT_WEBHOOK_IN_FLIGHT_LIMIT", default_value_t = webhook::DEFAULT_IN_FLIGHT_LIMIT)]
+    pub in_flight_limit: usize,
+    /// How long a webhook body may take to arrive; then 408.
+    #[arg(long, env = "SETPOINT_WEBHOOK_READ_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub read_timeout: Duration,
+    /// How long accepted deliveries and pushes are remembered, to drop
+    /// redeliveries and replays (on RabbitMQ, or under the cache directory).
+    #[arg(long, env = "SETPOINT_WEBHOOK_REPLAY_WINDOW", default_value = "5m", value_parser = parse_duration)]
+    pub replay_window: Duration,
     /// Reconciles at once in this process.
     #[arg(long, env = "SETPOINT_CONCURRENCY", default_value_t = 8)]
     pub concurrency: usize,
@@ -220,7 +234,7 @@ pub async fn serve(
         }
         _ => None,
     };
-    let ctx = Context::with_commit_statuses(config, cache_dir, tenancy, commit_statuses)?;
+    let ctx = Context::with_commit_statuses(config, cache_dir.clone(), tenancy, commit_statuses)?;
     let retry = RetryPolicy {
         max_attempts: options.max_attempts,
         initial: options.retry_initial,
@@ -345,13 +359,37 @@ pub async fn serve(
             github_secrets: secrets(&options.github_secret, &options.github_secret_file)?,
             gitlab_tokens: secrets(&options.gitlab_token, &options.gitlab_token_file)?,
             body_limit: options.body_limit,
-            ..WebhookSettings::default()
+            gitlab_body_limit: options.gitlab_body_limit,
+            in_flight_limit: options.in_flight_limit,
+            read_timeout: options.read_timeout,
+            replay_window: options.replay_window,
+        };
+        let largest = settings.body_limit.max(settings.gitlab_body_limit);
+        if settings.in_flight_limit < largest {
+            anyhow::bail!(
+                "--in-flight-limit ({}) must be at least the largest body limit ({largest}), or such a body could never be read",
+                settings.in_flight_limit
+            );
+        }
+        // What was accepted is shared by every replica and outlives this
+        // process: on RabbitMQ when there is one, else under the cache.
+        let seen: Arc<dyn webhook::dedupe::Seen> = match &amqp_url {
+            Some(url) => Arc::new(webhook::dedupe::amqp::AmqpSeen::new(
+                url.clone(),
+                &options.amqp_prefix,
+                settings.replay_window,
+            )),
+            None => Arc::new(webhook::dedupe::file::FileSeen::new(
+                cache_dir.join("webhook-seen"),
+                settings.replay_window,
+            )?),
         };
         let state = webhook::WebhookState::new(
             settings,
             queue.clone(),
             Arc::new(crate::ingest::StoreIndex(store.clone())),
         )
+        .with_seen(seen)
         .with_metrics(ctx.metrics.clone());
         let server = actix_web::HttpServer::new(move || {
             let state = state.clone();

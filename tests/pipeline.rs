@@ -10,7 +10,7 @@ use std::time::Duration;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Patch, PatchParams};
-use setpoint::queue::amqp::{AmqpQueue, AmqpSettings};
+use setpoint::queue::amqp::AmqpQueue;
 use setpoint::queue::{Queue, RetryPolicy};
 use support::app::{automated, create_app, install_crd, synced_at};
 use support::process::{
@@ -40,18 +40,7 @@ async fn amqp(prefix: &str) -> AmqpQueue {
 /// The queue as the processes under test declare it (the retry delays are
 /// part of the topology).
 async fn amqp_with(prefix: &str, retry: RetryPolicy) -> AmqpQueue {
-    let queue = AmqpQueue::connect(AmqpSettings {
-        url: amqp_url(),
-        prefix: prefix.to_string(),
-        retry,
-        ..AmqpSettings::default()
-    })
-    .await;
-    assert!(
-        queue.wait_ready(Duration::from_secs(20)).await,
-        "RabbitMQ is up (make rabbitmq-up)"
-    );
-    queue
+    support::amqp_queue(prefix, retry).await
 }
 
 fn run_args<'a>(port: &'a str, prefix: &'a str) -> Vec<&'a str> {

@@ -127,6 +127,27 @@ pub fn amqp_url_with_password() -> String {
     format!("amqp://setpoint-test:{AMQP_TEST_PASSWORD}@127.0.0.1:5672/setpoint-test")
 }
 
+/// The event queue as the processes under test declare it under `prefix`
+/// (the retry delays are part of the topology), once RabbitMQ answers.
+pub async fn amqp_queue(
+    prefix: &str,
+    retry: setpoint::queue::RetryPolicy,
+) -> setpoint::queue::amqp::AmqpQueue {
+    use setpoint::queue::amqp::{AmqpQueue, AmqpSettings};
+    let queue = AmqpQueue::connect(AmqpSettings {
+        url: amqp_url(),
+        prefix: prefix.to_string(),
+        retry,
+        ..AmqpSettings::default()
+    })
+    .await;
+    assert!(
+        queue.wait_ready(Duration::from_secs(20)).await,
+        "RabbitMQ is up (make rabbitmq-up)"
+    );
+    queue
+}
+
 /// A prefix for the exchanges and queues of one test, so tests share the
 /// broker without seeing each other's messages.
 pub fn amqp_prefix(test: &str) -> String {

@@ -19,6 +19,15 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// The `setpoint` binary cargo built for these tests, or `SETPOINT_TEST_BIN`:
+/// worktrees that share one cargo target directory overwrite each other's
+/// `target/debug/setpoint`, so a copy of one's own can be named instead.
+pub fn binary() -> PathBuf {
+    std::env::var_os("SETPOINT_TEST_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_setpoint")))
+}
+
 /// A running `setpoint` process; killed when dropped. Its output goes to a
 /// log file that failing tests print.
 pub struct Setpoint {
@@ -62,7 +71,7 @@ impl Setpoint {
             .and_then(|i| args.get(i + 1))
             .and_then(|l| l.rsplit(':').next())
             .and_then(|p| p.parse().ok());
-        let mut command = Command::new(env!("CARGO_BIN_EXE_setpoint"));
+        let mut command = Command::new(binary());
         command
             .args(args)
             .env("KUBECONFIG", kubeconfig_path())

@@ -33,12 +33,22 @@ async fn receive(
     state: &WebhookState,
 ) -> Result<Reply, WebhookError> {
     let settings = state.settings();
-    let body = super::read_body(request, payload, settings.body_limit).await?;
-    signature::verify_github(
+    let declared = super::check_head(request, settings.body_limit)?;
+    // No secret, no signature or a malformed one: refused before the body.
+    let mut verifier = signature::GitHubVerifier::new(
         &settings.github_secrets,
-        &body,
         super::header(request, signature::GITHUB_HEADER),
     )?;
+    let body = super::read_body(
+        state,
+        Provider::GitHub,
+        declared,
+        payload,
+        Some(&mut verifier),
+    )
+    .await?;
+    verifier.verify()?;
+    let body = &body.bytes;
     let event = super::header(request, EVENT_HEADER).filter(|event| !event.is_empty());
     match event.ok_or(WebhookError::MissingHeader(EVENT_HEADER))? {
         "ping" => return Ok(Reply::Pong),
@@ -46,11 +56,8 @@ async fn receive(
         other => return Ok(Reply::Ignored(super::echo(other))),
     }
     let delivery = super::header(request, DELIVERY_HEADER).filter(|id| !id.is_empty());
-    if state.is_duplicate(Provider::GitHub, delivery) {
-        return Ok(Reply::Duplicate);
-    }
-    let push = parse_push(&body)?;
-    state.enqueue(Provider::GitHub, delivery, &push).await
+    let push = parse_push(body)?;
+    state.enqueue(Provider::GitHub, delivery, &push, body).await
 }
 
 /// The fields of GitHub's push payload that routing needs.
@@ -112,6 +119,7 @@ fn parse_push(body: &[u8]) -> Result<Push, WebhookError> {
     };
     Ok(Push {
         repo_urls,
+        case_insensitive: true,
         git_ref: payload.git_ref,
         deleted: payload.deleted.unwrap_or(false) || is_null_commit(&payload.after),
         commit: payload.after,

@@ -33,11 +33,14 @@ async fn receive(
     state: &WebhookState,
 ) -> Result<Reply, WebhookError> {
     let settings = state.settings();
-    let body = super::read_body(request, payload, settings.body_limit).await?;
+    let declared = super::check_head(request, settings.gitlab_body_limit)?;
+    // The token is a header: checked before a byte of the body is read.
     signature::verify_gitlab(
         &settings.gitlab_tokens,
         super::header(request, signature::GITLAB_HEADER),
     )?;
+    let body = super::read_body(state, Provider::GitLab, declared, payload, None).await?;
+    let body = &body.bytes;
     let event = super::header(request, EVENT_HEADER)
         .filter(|event| !event.is_empty())
         .ok_or(WebhookError::MissingHeader(EVENT_HEADER))?;
@@ -45,7 +48,7 @@ async fn receive(
         "Push Hook" | "Tag Push Hook" => None,
         // A system hook's kind is in its body.
         "System Hook" => {
-            let value = super::parse_json(&body)?;
+            let value = super::parse_json(body)?;
             let kind = value
                 .get("object_kind")
                 .or_else(|| value.get("event_name"))
@@ -65,15 +68,12 @@ async fn receive(
     let delivery = [IDEMPOTENCY_HEADER, EVENT_UUID_HEADER]
         .into_iter()
         .find_map(|name| super::header(request, name).filter(|id| !id.is_empty()));
-    if state.is_duplicate(Provider::GitLab, delivery) {
-        return Ok(Reply::Duplicate);
-    }
     let value = match parsed {
         Some(value) => value,
-        None => super::parse_json(&body)?,
+        None => super::parse_json(body)?,
     };
     let push = push_from(value)?;
-    state.enqueue(Provider::GitLab, delivery, &push).await
+    state.enqueue(Provider::GitLab, delivery, &push, body).await
 }
 
 /// The fields of GitLab's push and tag push payloads that routing needs.
@@ -179,6 +179,7 @@ fn push_from(value: serde_json::Value) -> Result<Push, WebhookError> {
         repo_urls,
         git_ref: payload.git_ref,
         commit,
+        case_insensitive: true,
         default_branch: project
             .and_then(|project| project.default_branch)
             .filter(|branch| !branch.is_empty()),

@@ -3,49 +3,65 @@
 //! revision and path gets an [`Event`] on the queue.
 //!
 //! A handler does no Git and no cluster work, so it answers within the Git
-//! host's timeout (GitHub gives up after 10 s): it checks the content type,
-//! reads the body up to a limit, authenticates the raw bytes before parsing
-//! anything (`signature`), drops redeliveries, routes the push (`route`, a
-//! pure function) against an in-memory index of Applications and publishes.
-//! It answers 200 only once every event is safe with the queue; a queue that
-//! is down answers 503, so the Git host shows the failure and the delivery
-//! can be sent again.
+//! host's timeout (GitHub gives up after 10 s): it checks the content type
+//! and the declared length, authenticates what the headers carry before
+//! reading the body (`signature`), reads the body within bounds of size,
+//! memory and time (`body`) while its signature is computed, drops
+//! redeliveries and replays (`dedupe`), routes the push (`route`, a pure
+//! function) against an in-memory index of Applications and publishes. It
+//! answers 200 only once every event is safe with the queue; a queue that is
+//! down answers 503, so the Git host shows the failure and the delivery can
+//! be sent again.
 //!
 //! `github` and `gitlab` bring their provider's headers and payloads to the
-//! shape `route` takes.
+//! shape `route` takes. Whatever a request brings reaches the log through
+//! `untrusted::Untrusted`.
 
+mod body;
+pub mod dedupe;
 mod github;
 mod gitlab;
 pub mod route;
 pub mod signature;
+pub mod untrusted;
 
-use std::collections::{HashSet, VecDeque};
 use std::fmt;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use actix_web::http::StatusCode;
-use actix_web::http::header::{CONTENT_LENGTH, CONTENT_TYPE};
+use actix_web::http::header::{CONTENT_LENGTH, CONTENT_TYPE, RETRY_AFTER};
 use actix_web::{HttpRequest, HttpResponse, ResponseError, web};
-use futures::StreamExt as _;
 use serde::de::DeserializeOwned;
 use serde_json::json;
 use tracing::{info, warn};
 
+use self::dedupe::{DedupeError, MemorySeen, RecordKey, Seen};
 use self::route::Push;
 use self::signature::SignatureError;
+use self::untrusted::Untrusted;
 use crate::event::{AppKey, Cause, Event};
 use crate::queue::{Queue, QueueError};
 
 /// GitHub's own limit on a delivery's payload.
 pub const DEFAULT_BODY_LIMIT: usize = 25 * 1024 * 1024;
-pub const DEFAULT_DEDUPE_CAPACITY: usize = 10_000;
+/// GitLab documents no cap; its push payloads list at most 20 commits, far
+/// below this.
+pub const DEFAULT_GITLAB_BODY_LIMIT: usize = 10 * 1024 * 1024;
+/// Two of the largest GitHub bodies at once, and then some.
+pub const DEFAULT_IN_FLIGHT_LIMIT: usize = 64 * 1024 * 1024;
+/// GitHub gives up on a delivery after 10 s.
+pub const DEFAULT_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// Below GitHub's 10 s, so a stuck broker gets a 503 rather than a timeout
 /// the sender cannot tell from a lost response.
 const PUBLISH_TIMEOUT: Duration = Duration::from_secs(8);
 /// Enough of a client-supplied value to say what it was in a message.
 const MAX_ECHO: usize = 64;
+/// What a 503 for too many bytes in flight asks the sender to wait, seconds.
+const BUSY_RETRY_AFTER: u64 = 5;
+/// Characters of a delivery id kept in an event's cause (ids are UUIDs).
+const MAX_DELIVERY_ID: usize = 100;
 
 /// What the webhook needs to know of one Application (kept in memory by a
 /// kube reflector elsewhere).
@@ -82,11 +98,17 @@ pub struct WebhookSettings {
     /// Any of them may be a GitLab delivery's `X-Gitlab-Token`, for rotation.
     /// Empty values are ignored; with none, every GitLab delivery is rejected.
     pub gitlab_tokens: Vec<String>,
-    /// The largest body read, in bytes; larger ones answer 413.
+    /// The largest GitHub body read, in bytes; larger ones answer 413.
     pub body_limit: usize,
-    /// How many accepted delivery ids are remembered to drop redeliveries;
-    /// the oldest are forgotten first. Zero turns deduplication off.
-    pub dedupe_capacity: usize,
+    /// The same for GitLab.
+    pub gitlab_body_limit: usize,
+    /// The bytes all bodies being read at once may hold; past it, 503.
+    pub in_flight_limit: usize,
+    /// How long a body may take to arrive, from its headers on; then 408.
+    pub read_timeout: Duration,
+    /// How long an accepted delivery id and an accepted push (repository,
+    /// ref, commits) are remembered, to drop redeliveries and replays.
+    pub replay_window: Duration,
 }
 
 impl Default for WebhookSettings {
@@ -95,7 +117,10 @@ impl Default for WebhookSettings {
             github_secrets: Vec::new(),
             gitlab_tokens: Vec::new(),
             body_limit: DEFAULT_BODY_LIMIT,
-            dedupe_capacity: DEFAULT_DEDUPE_CAPACITY,
+            gitlab_body_limit: DEFAULT_GITLAB_BODY_LIMIT,
+            in_flight_limit: DEFAULT_IN_FLIGHT_LIMIT,
+            read_timeout: DEFAULT_READ_TIMEOUT,
+            replay_window: dedupe::DEFAULT_WINDOW,
         }
     }
 }
@@ -113,7 +138,10 @@ impl fmt::Debug for WebhookSettings {
                 &format_args!("<{} redacted>", self.gitlab_tokens.len()),
             )
             .field("body_limit", &self.body_limit)
-            .field("dedupe_capacity", &self.dedupe_capacity)
+            .field("gitlab_body_limit", &self.gitlab_body_limit)
+            .field("in_flight_limit", &self.in_flight_limit)
+            .field("read_timeout", &self.read_timeout)
+            .field("replay_window", &self.replay_window)
             .finish()
     }
 }
@@ -128,6 +156,10 @@ pub enum WebhookError {
     UnsupportedMediaType { received: String },
     #[error("failed to read the request body: {0}")]
     ReadBody(String),
+    #[error("the request body did not arrive within {0:?}")]
+    ReadTimeout(Duration),
+    #[error("too many request bodies are being read (over {limit} bytes); retry later")]
+    Busy { limit: usize },
     #[error(transparent)]
     Unauthorized(#[from] SignatureError),
     #[error("missing {0} header")]
@@ -140,6 +172,8 @@ pub enum WebhookError {
     Unavailable(#[source] QueueError),
     #[error("queue unavailable: no confirmation within {0:?}")]
     PublishTimeout(Duration),
+    #[error(transparent)]
+    Dedupe(#[from] DedupeError),
 }
 
 impl WebhookError {
@@ -152,7 +186,11 @@ impl WebhookError {
             | WebhookError::MissingHeader(_)
             | WebhookError::MalformedJson(_)
             | WebhookError::InvalidPayload(_) => Outcome::BadRequest,
-            WebhookError::Unavailable(_) | WebhookError::PublishTimeout(_) => Outcome::Unavailable,
+            WebhookError::ReadTimeout(_) => Outcome::Timeout,
+            WebhookError::Busy { .. } => Outcome::Busy,
+            WebhookError::Unavailable(_)
+            | WebhookError::PublishTimeout(_)
+            | WebhookError::Dedupe(_) => Outcome::Unavailable,
         }
     }
 }
@@ -167,15 +205,24 @@ impl ResponseError for WebhookError {
             | WebhookError::MissingHeader(_)
             | WebhookError::MalformedJson(_)
             | WebhookError::InvalidPayload(_) => StatusCode::BAD_REQUEST,
+            WebhookError::ReadTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             // The sender retries (or its user redelivers) what failed here.
-            WebhookError::Unavailable(_) | WebhookError::PublishTimeout(_) => {
-                StatusCode::SERVICE_UNAVAILABLE
-            }
+            WebhookError::Busy { .. }
+            | WebhookError::Unavailable(_)
+            | WebhookError::PublishTimeout(_)
+            | WebhookError::Dedupe(_) => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 
+    /// A rejection may come before the body was read, or halfway through:
+    /// the connection is closed after it rather than the rest read.
     fn error_response(&self) -> HttpResponse {
-        HttpResponse::build(self.status_code()).json(json!({ "error": self.to_string() }))
+        let mut response = HttpResponse::build(self.status_code());
+        response.force_close();
+        if let WebhookError::Busy { .. } = self {
+            response.insert_header((RETRY_AFTER, BUSY_RETRY_AFTER.to_string()));
+        }
+        response.json(json!({ "error": self.to_string() }))
     }
 }
 
@@ -195,7 +242,8 @@ pub fn configure(cfg: &mut web::ServiceConfig, state: WebhookState) {
 }
 
 /// Shared by both handlers and cheap to clone: the settings, the queue, the
-/// Application index, the delivery ids already accepted and the counters.
+/// Application index, the bytes in flight, what was accepted lately and the
+/// counters.
 #[derive(Clone)]
 pub struct WebhookState(Arc<Inner>);
 
@@ -203,7 +251,8 @@ struct Inner {
     settings: WebhookSettings,
     queue: Arc<dyn Queue>,
     apps: Arc<dyn AppIndex>,
-    deliveries: Mutex<Deliveries>,
+    in_flight: body::InFlight,
+    seen: Arc<dyn Seen>,
     counters: [[AtomicU64; Outcome::ALL.len()]; Provider::ALL.len()],
     metrics: Option<crate::metrics::Metrics>,
 }
@@ -217,16 +266,27 @@ impl fmt::Debug for WebhookState {
 }
 
 impl WebhookState {
+    /// Remembers what it accepted in memory; `with_seen` shares it.
     pub fn new(settings: WebhookSettings, queue: Arc<dyn Queue>, apps: Arc<dyn AppIndex>) -> Self {
-        let deliveries = Deliveries::new(settings.dedupe_capacity);
+        let seen = Arc::new(MemorySeen::new(settings.replay_window));
         Self(Arc::new(Inner {
+            in_flight: body::InFlight::new(settings.in_flight_limit),
             settings,
             queue,
             apps,
-            deliveries: Mutex::new(deliveries),
+            seen,
             counters: Default::default(),
             metrics: None,
         }))
+    }
+
+    /// Keeps what was accepted in `seen` (RabbitMQ, files), which other
+    /// replicas and later processes share. Call before cloning the state.
+    pub fn with_seen(mut self, seen: Arc<dyn Seen>) -> Self {
+        if let Some(inner) = Arc::get_mut(&mut self.0) {
+            inner.seen = seen;
+        }
+        self
     }
 
     /// Counts every delivery's outcome into `metrics` too. Call before
@@ -244,9 +304,11 @@ impl WebhookState {
 
     /// `(provider, outcome, count)` for every provider and outcome, zeros
     /// included, so a metrics exporter can publish them as they are.
-    /// Providers: `github`, `gitlab`; outcomes: `accepted`, `duplicate`,
-    /// `ignored` (other events, pings), `unauthorized`, `bad_request`,
-    /// `unavailable`, `too_large`, `unsupported_media_type`.
+    /// Providers: `github`, `gitlab`; outcomes: `accepted`, `duplicate`
+    /// (a redelivery or a replay), `ignored` (other events, pings),
+    /// `unauthorized`, `bad_request`, `unavailable`, `too_large`,
+    /// `unsupported_media_type`, `busy` (too many bytes in flight), `timeout`
+    /// (a body slower than the read deadline).
     pub fn outcomes(&self) -> Vec<(&'static str, &'static str, u64)> {
         let mut outcomes = Vec::new();
         for (p, provider) in Provider::ALL.iter().enumerate() {
@@ -282,10 +344,11 @@ impl WebhookState {
         match result {
             Ok(reply) => Ok(reply.into_response()),
             Err(err) => {
+                // Messages quote headers and payload fragments.
                 warn!(
                     provider = provider.as_str(),
                     outcome = outcome.as_str(),
-                    error = %err,
+                    error = %Untrusted(&err.to_string()),
                     "webhook rejected"
                 );
                 Err(err)
@@ -293,54 +356,99 @@ impl WebhookState {
         }
     }
 
-    fn is_duplicate(&self, provider: Provider, delivery: Option<&str>) -> bool {
-        delivery.is_some_and(|id| self.deliveries().contains(provider, id))
+    /// The largest body read for `provider`.
+    fn body_limit(&self, provider: Provider) -> usize {
+        match provider {
+            Provider::GitHub => self.0.settings.body_limit,
+            Provider::GitLab => self.0.settings.gitlab_body_limit,
+        }
     }
 
-    fn deliveries(&self) -> std::sync::MutexGuard<'_, Deliveries> {
-        self.0
-            .deliveries
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Routes `push` and publishes one event per Application; the delivery
-    /// id is remembered only once all of them are safe, so a delivery that
-    /// failed here is processed again when it is sent again. Events published
-    /// before a failure are then published twice, which costs a reconcile
-    /// that finds nothing to do.
+    /// Routes `push` (whose payload is `body`) and publishes one event per
+    /// Application, unless the delivery id or the push itself was accepted
+    /// within the replay window.
+    /// Both are recorded before publishing, so two replicas given the same
+    /// delivery at once publish it once; a publish that fails forgets them
+    /// again, so the delivery goes through when it is sent again. Events
+    /// published before a failure are then published twice, which costs a
+    /// reconcile that finds nothing to do. A push that reaches no
+    /// Application is not recorded: there is nothing to replay.
     async fn enqueue(
         &self,
         provider: Provider,
         delivery: Option<&str>,
         push: &Push,
+        body: &[u8],
     ) -> Result<Reply, WebhookError> {
         let keys = route::route(push, &self.0.apps.apps());
+        if keys.is_empty() {
+            info!(
+                provider = provider.as_str(),
+                delivery = %Untrusted(delivery.unwrap_or_default()),
+                git_ref = %Untrusted(&push.git_ref),
+                commit = %push.commit,
+                "push concerns no Application"
+            );
+            return Ok(Reply::Accepted(keys));
+        }
+        let mut records = vec![push_record(provider, push, body)];
+        if let Some(id) = delivery {
+            records.push(RecordKey::new(&[
+                b"delivery",
+                provider.as_str().as_bytes(),
+                id.as_bytes(),
+            ]));
+        }
+        let mut claimed = Vec::new();
+        for record in records {
+            match self.0.seen.claim(&record).await {
+                Ok(true) => claimed.push(record),
+                Ok(false) => {
+                    self.forget(&claimed).await;
+                    info!(
+                        provider = provider.as_str(),
+                        delivery = %Untrusted(delivery.unwrap_or_default()),
+                        git_ref = %Untrusted(&push.git_ref),
+                        commit = %push.commit,
+                        "push already accepted within the replay window; dropped"
+                    );
+                    return Ok(Reply::Duplicate);
+                }
+                Err(err) => {
+                    self.forget(&claimed).await;
+                    return Err(err.into());
+                }
+            }
+        }
+        let cause_delivery = delivery
+            .map(|id| Untrusted::capped(id, MAX_DELIVERY_ID).to_string())
+            .unwrap_or_default();
         let events: Vec<Event> = keys
             .iter()
             .map(|key| {
                 let cause = Cause::Webhook {
                     provider: provider.as_str().to_owned(),
-                    delivery: delivery.unwrap_or_default().to_owned(),
+                    delivery: cause_delivery.clone(),
                 };
                 Event::new(key.clone(), cause).with_revision(Some(push.commit.clone()))
             })
             .collect();
         let publishes =
             futures::future::try_join_all(events.iter().map(|e| self.0.queue.publish(e)));
-        match tokio::time::timeout(PUBLISH_TIMEOUT, publishes).await {
-            Err(_) => return Err(WebhookError::PublishTimeout(PUBLISH_TIMEOUT)),
-            Ok(Err(err)) => return Err(WebhookError::Unavailable(err)),
-            Ok(Ok(_)) => {}
-        }
-        if let Some(id) = delivery {
-            self.deliveries().record(provider, id);
+        let published = match tokio::time::timeout(PUBLISH_TIMEOUT, publishes).await {
+            Err(_) => Err(WebhookError::PublishTimeout(PUBLISH_TIMEOUT)),
+            Ok(Err(err)) => Err(WebhookError::Unavailable(err)),
+            Ok(Ok(_)) => Ok(()),
+        };
+        if let Err(err) = published {
+            self.forget(&claimed).await;
+            return Err(err);
         }
         let ids: Vec<&str> = events.iter().map(|e| e.id.as_str()).collect();
         info!(
             provider = provider.as_str(),
-            delivery = delivery.unwrap_or_default(),
-            git_ref = %push.git_ref,
+            delivery = %Untrusted(delivery.unwrap_or_default()),
+            git_ref = %Untrusted(&push.git_ref),
             commit = %push.commit,
             enqueued = keys.len(),
             events = ?ids,
@@ -348,6 +456,41 @@ impl WebhookState {
         );
         Ok(Reply::Accepted(keys))
     }
+
+    /// Forgets records this delivery claimed before it failed; one that
+    /// cannot be forgotten makes a resend look like a replay until the
+    /// window ends, which the log says.
+    async fn forget(&self, claimed: &[RecordKey]) {
+        for record in claimed {
+            if let Err(error) = self.0.seen.forget(record).await {
+                warn!(
+                    record = record.as_str(),
+                    window = ?self.0.settings.replay_window,
+                    %error,
+                    "failed to forget a delivery that was not enqueued; a resend is dropped until the window ends"
+                );
+            }
+        }
+    }
+}
+
+/// What identifies a push apart from its delivery: the repository (as
+/// `route` compares it), the ref, the commit, and the payload itself. A
+/// replay repeats the payload byte for byte (GitHub's signature covers it);
+/// a new push of the same commit does not: a ref moved back and forth
+/// (main: A→B, B→A, A→B) says where it came from (`before`) and when
+/// (`pushed_at`), so it is not taken for a replay.
+fn push_record(provider: Provider, push: &Push, body: &[u8]) -> RecordKey {
+    let repos = route::repository_keys(push);
+    let repos: Vec<&str> = repos.iter().map(String::as_str).collect();
+    RecordKey::new(&[
+        b"push",
+        provider.as_str().as_bytes(),
+        repos.join(" ").as_bytes(),
+        push.git_ref.as_bytes(),
+        push.commit.as_bytes(),
+        body,
+    ])
 }
 
 /// The Git hosts, as metrics and `Cause::Webhook` name them.
@@ -379,10 +522,12 @@ enum Outcome {
     Unavailable,
     TooLarge,
     UnsupportedMediaType,
+    Busy,
+    Timeout,
 }
 
 impl Outcome {
-    const ALL: [Outcome; 8] = [
+    const ALL: [Outcome; 10] = [
         Outcome::Accepted,
         Outcome::Duplicate,
         Outcome::Ignored,
@@ -391,6 +536,8 @@ impl Outcome {
         Outcome::Unavailable,
         Outcome::TooLarge,
         Outcome::UnsupportedMediaType,
+        Outcome::Busy,
+        Outcome::Timeout,
     ];
 
     fn as_str(self) -> &'static str {
@@ -403,6 +550,8 @@ impl Outcome {
             Outcome::Unavailable => "unavailable",
             Outcome::TooLarge => "too_large",
             Outcome::UnsupportedMediaType => "unsupported_media_type",
+            Outcome::Busy => "busy",
+            Outcome::Timeout => "timeout",
         }
     }
 }
@@ -412,7 +561,8 @@ impl Outcome {
 enum Reply {
     /// A push, routed and published (possibly to no Application).
     Accepted(Vec<AppKey>),
-    /// A delivery id already accepted: published before, not again.
+    /// A delivery id or a push accepted within the replay window: published
+    /// before, not again.
     Duplicate,
     /// An event that moves no revision, by its name.
     Ignored(String),
@@ -442,39 +592,6 @@ impl Reply {
     }
 }
 
-/// The delivery ids accepted lately, oldest first out.
-struct Deliveries {
-    capacity: usize,
-    seen: HashSet<(Provider, String)>,
-    order: VecDeque<(Provider, String)>,
-}
-
-impl Deliveries {
-    fn new(capacity: usize) -> Self {
-        Self {
-            capacity,
-            seen: HashSet::new(),
-            order: VecDeque::new(),
-        }
-    }
-
-    fn contains(&self, provider: Provider, id: &str) -> bool {
-        self.seen.contains(&(provider, id.to_owned()))
-    }
-
-    fn record(&mut self, provider: Provider, id: &str) {
-        if self.capacity == 0 || !self.seen.insert((provider, id.to_owned())) {
-            return;
-        }
-        self.order.push_back((provider, id.to_owned()));
-        while self.order.len() > self.capacity {
-            if let Some(oldest) = self.order.pop_front() {
-                self.seen.remove(&oldest);
-            }
-        }
-    }
-}
-
 /// A header's value, when it is present and text.
 fn header<'r>(request: &'r HttpRequest, name: &str) -> Option<&'r str> {
     request
@@ -483,22 +600,15 @@ fn header<'r>(request: &'r HttpRequest, name: &str) -> Option<&'r str> {
         .and_then(|value| value.to_str().ok())
 }
 
-/// At most `MAX_ECHO` characters of a client-supplied value, for a message.
+/// At most `MAX_ECHO` characters of a client-supplied value, escaped, for a
+/// message.
 fn echo(value: &str) -> String {
-    let mut short: String = value.chars().take(MAX_ECHO).collect();
-    if short.len() < value.len() {
-        short.push('…');
-    }
-    short
+    Untrusted::capped(value, MAX_ECHO).to_string()
 }
 
-/// The checks before the body is trusted with anything: the content type,
-/// then the body itself, read whole up to the limit.
-async fn read_body(
-    request: &HttpRequest,
-    mut payload: web::Payload,
-    limit: usize,
-) -> Result<web::Bytes, WebhookError> {
+/// The checks before anything is read: the content type, and a declared
+/// length over `limit`. Returns the declared length.
+fn check_head(request: &HttpRequest, limit: usize) -> Result<Option<u64>, WebhookError> {
     let content_type = header(request, CONTENT_TYPE.as_str()).unwrap_or_default();
     let essence = content_type.split(';').next().unwrap_or_default().trim();
     if !essence.eq_ignore_ascii_case("application/json") {
@@ -509,20 +619,34 @@ async fn read_body(
         };
         return Err(WebhookError::UnsupportedMediaType { received });
     }
-    // A declared length over the limit is refused before reading anything.
     let declared = header(request, CONTENT_LENGTH.as_str()).and_then(|len| len.parse::<u64>().ok());
     if declared.is_some_and(|len| len > limit as u64) {
         return Err(WebhookError::TooLarge { limit });
     }
-    let mut body = web::BytesMut::new();
-    while let Some(chunk) = payload.next().await {
-        let chunk = chunk.map_err(|err| WebhookError::ReadBody(err.to_string()))?;
-        if body.len() + chunk.len() > limit {
-            return Err(WebhookError::TooLarge { limit });
-        }
-        body.extend_from_slice(&chunk);
-    }
-    Ok(body.freeze())
+    Ok(declared)
+}
+
+/// The body, read within the provider's limit, the bytes in flight and the
+/// read deadline (counted from when the handler started), fed to `verifier`
+/// as it arrives.
+async fn read_body(
+    state: &WebhookState,
+    provider: Provider,
+    declared: Option<u64>,
+    payload: web::Payload,
+    verifier: Option<&mut signature::GitHubVerifier>,
+) -> Result<body::Body, WebhookError> {
+    let timeout = state.0.settings.read_timeout;
+    let deadline = (tokio::time::Instant::now() + timeout, timeout);
+    body::read(
+        payload,
+        declared,
+        state.body_limit(provider),
+        &state.0.in_flight,
+        deadline,
+        verifier,
+    )
+    .await
 }
 
 /// Any JSON value; a syntax error is `MalformedJson`.

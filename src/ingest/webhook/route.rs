@@ -3,6 +3,10 @@
 //! `gitlab`) and the Applications' sources, so every case is a unit test on
 //! plain data.
 //!
+//! Owner and repository names are compared case-insensitively on GitHub and
+//! GitLab hosts, as those hosts resolve them (`ORG/Repo` is `org/repo`);
+//! elsewhere (and for local paths) a path keeps its case.
+//!
 //! It errs on the side of enqueueing: an extra event costs one reconcile that
 //! finds nothing to do, a missed one leaves the cluster behind Git until the
 //! next sweep. So whenever the payload cannot say for sure what changed, every
@@ -23,6 +27,9 @@ pub struct Push {
     pub git_ref: String,
     /// The commit the ref now points to.
     pub commit: String,
+    /// The push came from a GitHub or GitLab host's webhook, so that host
+    /// resolves owner and repository names whatever their case.
+    pub case_insensitive: bool,
     /// The repository's default branch (a name, not a ref), for Applications
     /// that follow `HEAD`; `None` when the payload does not say.
     pub default_branch: Option<String>,
@@ -38,12 +45,7 @@ pub fn route(push: &Push, apps: &[AppSource]) -> Vec<AppKey> {
     if push.deleted {
         return Vec::new();
     }
-    let repos: BTreeSet<String> = push
-        .repo_urls
-        .iter()
-        .filter(|url| !url.trim().is_empty())
-        .map(|url| normalize_url(url))
-        .collect();
+    let repos = repository_keys(push);
     let changed: Option<Vec<String>> = push.changed_files.as_ref().map(|files| {
         files
             .iter()
@@ -53,7 +55,7 @@ pub fn route(push: &Push, apps: &[AppSource]) -> Vec<AppKey> {
     let matched: BTreeSet<&AppKey> = apps
         .iter()
         .filter(|app| !app.repo_url.trim().is_empty())
-        .filter(|app| repos.contains(&normalize_url(&app.repo_url)))
+        .filter(|app| repos.contains(&comparable(&app.repo_url, push.case_insensitive)))
         .filter(|app| {
             revision_matches(
                 app.target_revision.as_deref(),
@@ -68,6 +70,37 @@ pub fn route(push: &Push, apps: &[AppSource]) -> Vec<AppKey> {
         .map(|app| &app.key)
         .collect();
     matched.into_iter().cloned().collect()
+}
+
+/// Hosts whose owner and repository names are case-insensitive even when the
+/// push does not say so.
+const CASE_INSENSITIVE_HOSTS: &[&str] = &["github.com", "gitlab.com"];
+
+/// Every spelling of the pushed repository, as Applications' URLs are
+/// compared with it.
+pub fn repository_keys(push: &Push) -> BTreeSet<String> {
+    push.repo_urls
+        .iter()
+        .filter(|url| !url.trim().is_empty())
+        .map(|url| comparable(url, push.case_insensitive))
+        .collect()
+}
+
+/// `url` normalized (`source::git::normalize_url`), and lowercased where
+/// the host ignores case: on the pushing host (`case_insensitive`), and on
+/// GitHub's and GitLab's. A host never matches another host, so folding on
+/// the push's say-so cannot join two repositories of different hosts.
+fn comparable(url: &str, case_insensitive: bool) -> String {
+    let key = normalize_url(url);
+    if key.starts_with("file://") {
+        return key;
+    }
+    let host = key.split('/').next().unwrap_or_default();
+    if case_insensitive || CASE_INSENSITIVE_HOSTS.contains(&host) {
+        key.to_lowercase()
+    } else {
+        key
+    }
 }
 
 /// Whether a push to `git_ref` moves what `target_revision` names, resolved
@@ -141,6 +174,7 @@ mod tests {
             ],
             git_ref: git_ref.into(),
             commit: COMMIT.into(),
+            case_insensitive: false,
             default_branch: Some("main".into()),
             deleted: false,
             changed_files: changed.map(|files| files.iter().map(|f| f.to_string()).collect()),
@@ -211,6 +245,57 @@ mod tests {
             names(route(&push("refs/heads/main", None), &apps)),
             ["right"]
         );
+    }
+
+    #[test]
+    fn github_and_gitlab_names_match_whatever_their_case() {
+        let mut upper = push("refs/heads/main", None);
+        upper.repo_urls = vec![
+            "https://github.com/Octo-Org/DEPLOY.git".into(),
+            "git@github.com:Octo-Org/DEPLOY.git".into(),
+        ];
+        let apps = [
+            app("lower", "https://github.com/octo-org/deploy", None, None),
+            app("mixed", "git@github.com:OCTO-org/Deploy.git", None, None),
+            app("other", "https://github.com/octo-org/deploy2", None, None),
+        ];
+        assert_eq!(names(route(&upper, &apps)), ["lower", "mixed"]);
+
+        let mut gitlab = upper.clone();
+        gitlab.repo_urls = vec!["https://GitLab.com/Group/Sub/Project.git".into()];
+        let apps = [app(
+            "gl",
+            "https://gitlab.com/group/sub/project",
+            None,
+            None,
+        )];
+        assert_eq!(names(route(&gitlab, &apps)), ["gl"]);
+    }
+
+    #[test]
+    fn the_pushing_host_ignores_case_and_other_hosts_keep_it() {
+        let mut enterprise = push("refs/heads/main", None);
+        enterprise.repo_urls = vec!["https://git.example.com/Platform/Deploy.git".into()];
+        let apps = [app(
+            "ghe",
+            "https://git.example.com/platform/deploy",
+            None,
+            None,
+        )];
+        // A push that does not say its host is GitHub's or GitLab's.
+        assert!(route(&enterprise, &apps).is_empty());
+        enterprise.case_insensitive = true;
+        assert_eq!(names(route(&enterprise, &apps)), ["ghe"]);
+
+        // Local paths keep their case.
+        let mut local = push("refs/heads/main", None);
+        local.case_insensitive = true;
+        local.repo_urls = vec!["/srv/git/Deploy".into()];
+        let apps = [
+            app("lower", "/srv/git/deploy", None, None),
+            app("same", "/srv/git/Deploy", None, None),
+        ];
+        assert_eq!(names(route(&local, &apps)), ["same"]);
     }
 
     #[test]

@@ -44,38 +44,71 @@ pub fn verify_github(
     body: &[u8],
     header: Option<&str>,
 ) -> Result<(), SignatureError> {
-    let header_name = GITHUB_HEADER;
-    let secrets: Vec<&String> = secrets.iter().filter(|s| !s.is_empty()).collect();
-    if secrets.is_empty() {
-        return Err(SignatureError::NotConfigured { provider: "GitHub" });
-    }
-    let header = header.ok_or(SignatureError::Missing {
-        header: header_name,
-    })?;
-    let digest = header
-        .trim()
-        .strip_prefix(GITHUB_PREFIX)
-        .and_then(|hex_digest| hex::decode(hex_digest).ok())
-        .ok_or(SignatureError::Malformed {
+    let mut verifier = GitHubVerifier::new(secrets, header)?;
+    verifier.update(body);
+    verifier.verify()
+}
+
+/// A GitHub signature checked while the body arrives. The header comes
+/// before the body, so a delivery with no secret configured, or without a
+/// well-formed signature, is refused before a byte of its body is read; the
+/// HMACs then take each chunk as it is read, and nothing is read twice.
+pub struct GitHubVerifier {
+    /// One per configured secret: every one is computed to the end, so the
+    /// time taken does not depend on which one matches.
+    macs: Vec<HmacSha256>,
+    digest: Vec<u8>,
+}
+
+impl GitHubVerifier {
+    pub fn new(secrets: &[String], header: Option<&str>) -> Result<Self, SignatureError> {
+        let header_name = GITHUB_HEADER;
+        let macs: Vec<HmacSha256> = secrets
+            .iter()
+            .filter(|s| !s.is_empty())
+            .map(|secret| {
+                HmacSha256::new_from_slice(secret.as_bytes())
+                    .expect("HMAC accepts keys of any length")
+            })
+            .collect();
+        if macs.is_empty() {
+            return Err(SignatureError::NotConfigured { provider: "GitHub" });
+        }
+        let header = header.ok_or(SignatureError::Missing {
             header: header_name,
         })?;
-    // Every secret is tried even after a match, so the time taken does not
-    // depend on which one matched.
-    let mut matched = false;
-    for secret in secrets {
-        let mut mac =
-            HmacSha256::new_from_slice(secret.as_bytes()).expect("HMAC accepts keys of any length");
-        mac.update(body);
-        // `verify_slice` compares in constant time and rejects a digest of
-        // the wrong length (a truncated signature) outright.
-        matched |= mac.verify_slice(&digest).is_ok();
+        let digest = header
+            .trim()
+            .strip_prefix(GITHUB_PREFIX)
+            .and_then(|hex_digest| hex::decode(hex_digest).ok())
+            .ok_or(SignatureError::Malformed {
+                header: header_name,
+            })?;
+        Ok(Self { macs, digest })
     }
-    if matched {
-        Ok(())
-    } else {
-        Err(SignatureError::Mismatch {
-            header: header_name,
-        })
+
+    /// The next bytes of the body.
+    pub fn update(&mut self, chunk: &[u8]) {
+        for mac in &mut self.macs {
+            mac.update(chunk);
+        }
+    }
+
+    /// Whether the whole body, as fed, matches the header.
+    pub fn verify(self) -> Result<(), SignatureError> {
+        let mut matched = false;
+        for mac in self.macs {
+            // `verify_slice` compares in constant time and rejects a digest
+            // of the wrong length (a truncated signature) outright.
+            matched |= mac.verify_slice(&self.digest).is_ok();
+        }
+        if matched {
+            Ok(())
+        } else {
+            Err(SignatureError::Mismatch {
+                header: GITHUB_HEADER,
+            })
+        }
     }
 }
 
@@ -217,6 +250,41 @@ mod tests {
             Err(SignatureError::Missing {
                 header: GITHUB_HEADER
             })
+        );
+    }
+
+    #[test]
+    fn a_body_fed_in_chunks_verifies_as_a_whole() {
+        let configured = secrets(&["the-old-secret", SECRET]);
+        for split in 0..=PAYLOAD.len() {
+            let mut verifier = GitHubVerifier::new(&configured, Some(EXPECTED)).unwrap();
+            let (head, tail) = PAYLOAD.split_at(split);
+            verifier.update(head);
+            verifier.update(tail);
+            assert_eq!(verifier.verify(), Ok(()), "split at {split}");
+        }
+        let mut short = GitHubVerifier::new(&configured, Some(EXPECTED)).unwrap();
+        short.update(&PAYLOAD[..5]);
+        assert!(short.verify().is_err());
+    }
+
+    #[test]
+    fn the_header_is_judged_before_any_body() {
+        assert_eq!(
+            GitHubVerifier::new(&secrets(&[SECRET]), None).err(),
+            Some(SignatureError::Missing {
+                header: GITHUB_HEADER
+            })
+        );
+        assert_eq!(
+            GitHubVerifier::new(&secrets(&[SECRET]), Some("sha256=zz")).err(),
+            Some(SignatureError::Malformed {
+                header: GITHUB_HEADER
+            })
+        );
+        assert_eq!(
+            GitHubVerifier::new(&secrets(&[""]), Some(EXPECTED)).err(),
+            Some(SignatureError::NotConfigured { provider: "GitHub" })
         );
     }
 

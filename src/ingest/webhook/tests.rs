@@ -543,29 +543,118 @@ async fn a_redelivery_is_not_enqueued_twice() {
     assert_eq!(reply, json!({"duplicate": true}));
     assert_eq!(keys(&fx.enqueued().await), ["team/a", "team/root"]);
     assert_eq!(fx.outcome("github", "duplicate"), 1);
+}
 
-    // Another delivery of the same push is not a redelivery.
-    let (_, reply) = call(&app, github_request("push", "d-other", &body).to_request()).await;
+#[actix_web::test]
+async fn a_push_replayed_under_a_new_delivery_id_enqueues_nothing() {
+    let mut fx = Fixture::new(settings()).await;
+    let app = service!(fx);
+    let push = github_push("refs/heads/main", &[&["apps/a/x.yaml"]]);
+    let body = bytes(&push);
+    let (_, reply) = call(&app, github_request("push", "d-1", &body).to_request()).await;
+    assert_eq!(reply, json!({"enqueued": ["team/a", "team/root"]}));
+    // The signature covers the body, not the delivery id: a captured push
+    // sent again under any id.
+    for id in ["d-2", "d-3"] {
+        let (status, reply) = call(&app, github_request("push", id, &body).to_request()).await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(reply, json!({"duplicate": true}), "{id}");
+    }
+    assert_eq!(keys(&fx.enqueued().await), ["team/a", "team/root"]);
+    assert_eq!(fx.outcome("github", "duplicate"), 2);
+
+    // The ref moved back and forth is a new push: it moved from elsewhere,
+    // and GitHub tells a new push time.
+    let mut again = push.clone();
+    again["before"] = json!("1111111111111111111111111111111111111111");
+    again["repository"]["pushed_at"] = json!(1557933999);
+    let (_, reply) = call(
+        &app,
+        github_request("push", "d-4", &bytes(&again)).to_request(),
+    )
+    .await;
     assert_eq!(reply, json!({"enqueued": ["team/a", "team/root"]}));
     assert_eq!(fx.enqueued().await.len(), 2);
 }
 
 #[actix_web::test]
-async fn old_delivery_ids_are_forgotten_beyond_the_capacity() {
+async fn what_was_accepted_is_forgotten_after_the_replay_window() {
     let mut fx = Fixture::new(WebhookSettings {
-        dedupe_capacity: 2,
+        replay_window: Duration::from_millis(300),
         ..settings()
     })
     .await;
     let app = service!(fx);
     let body = bytes(&github_push("refs/heads/main", &[&["README.md"]]));
-    for id in ["d-1", "d-2", "d-3", "d-1"] {
-        let (_, reply) = call(&app, github_request("push", id, &body).to_request()).await;
-        assert_eq!(reply, json!({"enqueued": ["team/root"]}), "{id}");
-    }
-    let (_, reply) = call(&app, github_request("push", "d-3", &body).to_request()).await;
+    let (_, reply) = call(&app, github_request("push", "d-1", &body).to_request()).await;
+    assert_eq!(reply, json!({"enqueued": ["team/root"]}));
+    let (_, reply) = call(&app, github_request("push", "d-1", &body).to_request()).await;
     assert_eq!(reply, json!({"duplicate": true}));
-    assert_eq!(fx.enqueued().await.len(), 4);
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let (_, reply) = call(&app, github_request("push", "d-1", &body).to_request()).await;
+        if reply == json!({"enqueued": ["team/root"]}) {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{reply}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(fx.enqueued().await.len(), 2);
+}
+
+#[actix_web::test]
+async fn a_push_that_reaches_no_application_is_not_remembered() {
+    let fx = Fixture::new(settings()).await;
+    let app = service!(fx);
+    let mut elsewhere = github_push("refs/heads/main", &[&["README.md"]]);
+    elsewhere["repository"]["clone_url"] = json!("https://github.com/octo-org/unknown.git");
+    for key in ["html_url", "url", "git_url", "ssh_url"] {
+        elsewhere["repository"][key] = json!(null);
+    }
+    let body = bytes(&elsewhere);
+    for id in ["d-1", "d-1", "d-2"] {
+        let (_, reply) = call(&app, github_request("push", id, &body).to_request()).await;
+        assert_eq!(reply, json!({"enqueued": []}), "{id}");
+    }
+    assert_eq!(fx.outcome("github", "duplicate"), 0);
+}
+
+#[actix_web::test]
+async fn owner_and_repository_names_match_whatever_their_case() {
+    let mut fx = Fixture::new(settings()).await;
+    let app = service!(fx);
+    let mut push = github_push("refs/heads/main", &[&["apps/a/x.yaml"]]);
+    for (key, url) in [
+        ("clone_url", "https://github.com/Octo-Org/Deploy.git"),
+        ("ssh_url", "git@github.com:Octo-Org/Deploy.git"),
+        ("html_url", "https://github.com/Octo-Org/Deploy"),
+        ("git_url", "git://github.com/Octo-Org/Deploy.git"),
+        ("url", "https://github.com/Octo-Org/Deploy"),
+    ] {
+        push["repository"][key] = json!(url);
+    }
+    let (_, reply) = call(
+        &app,
+        github_request("push", "d-case", &bytes(&push)).to_request(),
+    )
+    .await;
+    assert_eq!(reply, json!({"enqueued": ["team/a", "team/root"]}));
+
+    // A self-managed GitLab's names too: the push came from its webhook.
+    let mut gitlab = gitlab_push("refs/heads/master", &[&["CHANGELOG"]]);
+    gitlab["project"]["git_http_url"] = json!("http://example.com/MIKE/Diaspora.git");
+    gitlab["project"]["web_url"] = json!("http://example.com/MIKE/Diaspora");
+    for key in ["git_ssh_url", "http_url", "ssh_url", "url", "homepage"] {
+        gitlab["project"][key] = json!(null);
+    }
+    gitlab.as_object_mut().unwrap().remove("repository");
+    let (_, reply) = call(
+        &app,
+        gitlab_request("Push Hook", &bytes(&gitlab)).to_request(),
+    )
+    .await;
+    assert_eq!(reply, json!({"enqueued": ["gl/diaspora"]}));
+    assert_eq!(fx.enqueued().await.len(), 3);
 }
 
 #[actix_web::test]
@@ -867,7 +956,10 @@ async fn gitlab_redeliveries_are_recognized_by_their_idempotency_key() {
             .insert_header(("X-Gitlab-Event-UUID", uuid));
         call(&app, request.to_request()).await;
     }
-    // Without a key, the event UUID.
+    // Without a key, the event UUID (of another push).
+    let mut other = gitlab_push("refs/heads/master", &[&["CHANGELOG"]]);
+    other["before"] = json!("1111111111111111111111111111111111111111");
+    let body = bytes(&other);
     for _ in 0..2 {
         let request =
             gitlab_request("Push Hook", &body).insert_header(("X-Gitlab-Event-UUID", "uuid-3"));
@@ -888,7 +980,7 @@ async fn gitlab_redeliveries_are_recognized_by_their_idempotency_key() {
 #[actix_web::test]
 async fn gitlab_rejections_share_the_checks() {
     let mut fx = Fixture::new(WebhookSettings {
-        body_limit: 512,
+        gitlab_body_limit: 512,
         ..settings()
     })
     .await;
@@ -939,7 +1031,7 @@ fn outcomes_list_every_provider_and_outcome() {
         Arc::new(Vec::<AppSource>::new()),
     );
     let outcomes = state.outcomes();
-    assert_eq!(outcomes.len(), 16);
+    assert_eq!(outcomes.len(), 20);
     assert!(outcomes.iter().all(|(_, _, count)| *count == 0));
     assert!(outcomes.contains(&("gitlab", "unsupported_media_type", 0)));
 }
@@ -957,4 +1049,115 @@ fn settings_debug_redacts_the_secrets() {
     assert!(!debug.contains(SECRET), "{debug}");
     assert!(!debug.contains(TOKEN), "{debug}");
     assert!(debug.contains("<2 redacted>"), "{debug}");
+}
+
+#[actix_web::test]
+async fn bodies_over_the_bytes_in_flight_answer_503_with_retry_after() {
+    let mut fx = Fixture::new(WebhookSettings {
+        in_flight_limit: 2048,
+        ..settings()
+    })
+    .await;
+    let app = service!(fx);
+    let mut large = github_push("refs/heads/main", &[&["apps/a/x.yaml"]]);
+    large["padding"] = json!("x".repeat(4096));
+    let response = test::call_service(
+        &app,
+        github_request("push", "d-big", &bytes(&large)).to_request(),
+    )
+    .await;
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(response.headers().get("Retry-After").unwrap(), "5");
+    let reply: Value = serde_json::from_slice(&test::read_body(response).await).unwrap();
+    assert_eq!(
+        reply,
+        json!({"error": "too many request bodies are being read (over 2048 bytes); retry later"})
+    );
+    // What it held is given back: a body within the limit goes through.
+    let small = bytes(&github_push("refs/heads/main", &[&["README.md"]]));
+    assert!(small.len() < 2048, "{}", small.len());
+    let (status, _) = call(&app, github_request("push", "d-small", &small).to_request()).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(fx.state.0.in_flight.held(), 0);
+    assert_eq!(fx.outcome("github", "busy"), 1);
+    assert_eq!(keys(&fx.enqueued().await), ["team/root"]);
+}
+
+/// A log writer that keeps what it is given.
+#[derive(Clone, Default)]
+struct Captured(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[actix_web::test]
+async fn request_values_reach_the_log_escaped_and_capped_in_both_formats() {
+    const FORGED: &str = "2026-12-03T13:00:00.000000Z  INFO setpoint::worker: FORGED";
+    for json in [false, true] {
+        let captured = Captured::default();
+        let writer = {
+            let captured = captured.clone();
+            move || captured.clone()
+        };
+        let subscriber = crate::logging::subscriber(
+            tracing_subscriber::EnvFilter::new("info"),
+            json,
+            false,
+            writer,
+        );
+        let guard = tracing::subscriber::set_default(subscriber);
+        let mut fx = Fixture::new(settings()).await;
+        let app = service!(fx);
+        // A signed push whose ref carries a line of its own.
+        let forged = github_push(&format!("refs/heads/main\n{FORGED} synced"), &[]);
+        let (status, _) = call(
+            &app,
+            github_request("push", "d-forged", &bytes(&forged)).to_request(),
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK);
+        // A 100,000-character ref, and an error that quotes the payload.
+        let long = github_push(&format!("refs/heads/{}", "x".repeat(100_000)), &[]);
+        let (status, _) = call(
+            &app,
+            github_request("push", "d-long", &bytes(&long)).to_request(),
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK);
+        let mut quoted = github_push("refs/heads/main", &[]);
+        quoted["created"] = json!(format!("{}\n{FORGED}", "y".repeat(100_000)));
+        let (status, _) = call(
+            &app,
+            github_request("push", "d-quoted", &bytes(&quoted)).to_request(),
+        )
+        .await;
+        assert_eq!(status, StatusCode::BAD_REQUEST);
+        drop(guard);
+        assert!(fx.enqueued().await.is_empty());
+
+        let log = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+        let format = if json { "json" } else { "text" };
+        assert_eq!(log.lines().count(), 3, "{format}: {log}");
+        for line in log.lines() {
+            assert!(!line.starts_with(FORGED), "{format}: a forged line: {line}");
+            assert!(
+                line.len() < 2_000,
+                "{format}: a line of {} bytes: {}…",
+                line.len(),
+                &line[..200]
+            );
+            if json {
+                serde_json::from_str::<Value>(line).unwrap();
+            }
+        }
+        assert!(log.contains("FORGED synced"), "{format}: logged, escaped");
+        assert!(log.contains("more bytes)"), "{format}: the cut is said");
+    }
 }

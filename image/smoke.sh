@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# The image's smoke test (`make test-image`): builds the image (or reuses the
+# archive of the same inputs), loads the OCI archive into buildah and runs,
+# as UID 65532 with chroot isolation and the host's network:
+#   setpoint --version, git --version, kubectl version --client, helm version,
+#   and one `setpoint reconcile` (through tini, the image's entrypoint) of an
+#   Application whose Git repository is mounted into the container, against
+#   the local control plane; the ConfigMap it names must then be in the cluster.
+# Ends with "N passed, 0 failed"; any failure exits non-zero.
+#
+# Environment: as image/build.sh, plus KUBECONFIG and SETPOINT_KUBECTL (the
+# local control plane and the host's kubectl, from the Makefile).
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+repo="$(cd "$here/.." && pwd)"
+cache_root="${SETPOINT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/setpoint}"
+image_cache="$cache_root/image"
+kubectl="${SETPOINT_KUBECTL:-kubectl}"
+: "${KUBECONFIG:?KUBECONFIG is not set: the smoke test reconciles against the local control plane}"
+
+log() { printf '[test-image] %s\n' "$*" >&2; }
+passed=0
+failed=0
+check() { # NAME EXPECTED-REGEX COMMAND...
+  local name="$1" expected="$2" out
+  shift 2
+  if out="$("$@" 2>&1)" && grep -qE -- "$expected" <<<"$out"; then
+    log "ok: $name: $(head -1 <<<"$out")"
+    passed=$((passed + 1))
+  else
+    log "FAILED: $name (expected /$expected/):"
+    printf '%s\n' "$out" | tail -20 >&2
+    failed=$((failed + 1))
+  fi
+}
+
+start=$SECONDS
+read -r archive digest < <("$here/build.sh" build | tail -1)
+[[ -f "$archive" ]] || { log "error: image/build.sh printed no archive"; exit 1; }
+log "image $archive ($digest), ready after $((SECONDS - start))s"
+
+buildah_() {
+  buildah --root "$image_cache/storage" --runroot "$image_cache/runroot" --storage-driver vfs "$@"
+}
+work="$(mktemp -d)"
+ctr=""
+ns="setpoint-image-smoke-$RANDOM$RANDOM"
+cleanup() {
+  [[ -n "$ctr" ]] && buildah_ rm "$ctr" >/dev/null 2>&1
+  buildah_ rmi -f "localhost/setpoint-smoke:latest" >/dev/null 2>&1
+  "$kubectl" delete namespace "$ns" --wait=false >/dev/null 2>&1
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+exec 9>"$image_cache/.lock"
+flock 9
+# The archive itself, not what buildah built: what a registry would get.
+buildah_ pull --quiet "oci-archive:$archive" >/dev/null
+image_id="$(buildah_ images --quiet --filter "reference=*setpoint*" | head -1)"
+buildah_ tag "$image_id" localhost/setpoint-smoke:latest
+ctr="$(buildah_ from --quiet --pull-never localhost/setpoint-smoke:latest)"
+flock -u 9
+
+# What the image says about itself.
+config="$(buildah_ inspect --type container --format '{{json .OCIv1.Config}}' "$ctr")"
+check "runs as 65532" '"User":"65532:65532"' echo "$config"
+check "entrypoint is setpoint through tini" '"Entrypoint":\["/usr/bin/tini","--","/usr/local/bin/setpoint"\]' echo "$config"
+check "OCI labels" 'org.opencontainers.image.revision' echo "$config"
+
+run_() { # as the image's user, host network, the mounts below
+  buildah_ run --isolation chroot --user 65532:65532 --network host \
+    --volume "$work/repo:/repo:ro" --volume "$work/kube:/kube:ro" \
+    --env KUBECONFIG=/kube/config --env SETPOINT_ALLOW_LOCAL_REPOS=true \
+    "$ctr" -- "$@"
+}
+
+# The Git repository the Application names, readable by 65532 (git refuses
+# a repository owned by another user), and a kubeconfig with its
+# certificates inline (the local one names files on the host).
+mkdir -p "$work/kube" "$work/src/app"
+cat >"$work/src/app/configmap.yaml" <<EOF
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: smoke
+data:
+  from: the setpoint image
+EOF
+git -C "$work/src" init --quiet -b main
+git -C "$work/src" -c user.name=smoke -c user.email=smoke@setpoint.invalid add -A
+git -C "$work/src" -c user.name=smoke -c user.email=smoke@setpoint.invalid commit --quiet -m smoke
+git clone --quiet --bare "$work/src" "$work/repo"
+"$kubectl" config view --raw --flatten --minify >"$work/kube/config"
+chown -R 65532:65532 "$work/repo" "$work/kube"
+chmod 0700 "$work/kube"
+chmod 0600 "$work/kube/config"
+
+check "setpoint --version" "^setpoint " run_ /usr/local/bin/setpoint --version
+check "git --version" "^git version" run_ git --version
+check "kubectl version --client" "Client Version|Kustomize" run_ kubectl version --client
+check "helm version" "Version:" run_ helm version
+check "no root filesystem write as 65532" "Permission denied|Read-only" run_ git init --quiet /usr/local/bin/x
+
+"$kubectl" apply --server-side --force-conflicts -f "$repo/config/crd/applications.setpoint.dev.yaml" >/dev/null
+"$kubectl" wait --for condition=Established --timeout=60s crd/applications.setpoint.dev >/dev/null
+"$kubectl" create namespace "$ns" >/dev/null
+"$kubectl" apply -f - >/dev/null <<EOF
+apiVersion: setpoint.dev/v1alpha1
+kind: Application
+metadata:
+  name: smoke
+  namespace: $ns
+spec:
+  source:
+    repoURL: file:///repo
+    targetRevision: main
+    path: app
+  destination:
+    namespace: $ns
+  syncPolicy:
+    automated:
+      prune: true
+      selfHeal: true
+EOF
+revision="$(git -C "$work/src" rev-parse HEAD)"
+check "setpoint reconcile (through tini, as 65532)" "outcome: applied 1, .*Synced" \
+  run_ /usr/bin/tini -- /usr/local/bin/setpoint reconcile "$ns/smoke"
+check "the ConfigMap from the mounted repository is applied" "^the setpoint image$" \
+  "$kubectl" -n "$ns" get configmap smoke -o 'jsonpath={.data.from}'
+check "the Application's status names the commit" "^$revision$" \
+  "$kubectl" -n "$ns" get application smoke -o 'jsonpath={.status.sync.revision}'
+
+log "done in $((SECONDS - start))s"
+echo "test-image: $passed passed, $failed failed"
+[[ "$failed" -eq 0 ]]

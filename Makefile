@@ -88,11 +88,15 @@ test: up lint
 IMAGE_SOURCE ?= $(shell git remote get-url origin 2>/dev/null | grep -E '^(https://|git@)' || echo unknown)
 IMAGE_ENV := IMAGE_KUBECTL=$(KUBECTL) IMAGE_HELM=$(HELM) IMAGE_SOURCE=$(IMAGE_SOURCE)
 
+# buildah and mmdebstrap build; podman and runc run the smoke test's
+# read-only root filesystem case.
+IMAGE_DEPS := buildah mmdebstrap binutils podman runc
+
 image-deps:
-	@command -v buildah >/dev/null && command -v mmdebstrap >/dev/null && command -v strip >/dev/null || { \
-	  echo "[image] installing buildah, mmdebstrap and binutils from Debian"; \
+	@dpkg-query -W -f '$${Status}\n' $(IMAGE_DEPS) 2>/dev/null | grep -c '^install ok installed$$' | grep -qx $(words $(IMAGE_DEPS)) || { \
+	  echo "[image] installing $(IMAGE_DEPS) from Debian"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-	    buildah mmdebstrap binutils >/dev/null; }
+	    $(IMAGE_DEPS) >/dev/null; }
 
 image: image-deps build cluster-build helm-build
 	$(IMAGE_ENV) image/build.sh build

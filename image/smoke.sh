@@ -64,15 +64,18 @@ ctr="$(buildah_ from --quiet --pull-never localhost/setpoint-smoke:latest)"
 flock -u 9
 
 # What the image says about itself.
-config="$(buildah_ inspect --type container --format '{{json .OCIv1.Config}}' "$ctr")"
-check "runs as 65532" '"User":"65532:65532"' echo "$config"
-check "entrypoint is setpoint through tini" '"Entrypoint":\["/usr/bin/tini","--","/usr/local/bin/setpoint"\]' echo "$config"
-check "OCI labels" 'org.opencontainers.image.revision' echo "$config"
+config="$(buildah_ inspect --type image localhost/setpoint-smoke:latest |
+  python3 -c 'import json, sys; print(json.dumps(json.load(sys.stdin)["OCIv1"]["config"], sort_keys=True))')"
+check "runs as 65532" '"User": "65532:65532"' echo "$config"
+check "entrypoint: setpoint through tini" '"Entrypoint": \["/usr/bin/tini", "-s", "--", "/usr/local/bin/setpoint"\]' echo "$config"
+check "OCI labels" '"org.opencontainers.image.licenses": "Apache-2.0".*"org.opencontainers.image.revision": "[0-9a-f]{40}' echo "$config"
+check "volumes" '"Volumes": \{"/tmp": \{\}, "/var/cache/setpoint": \{\}\}' echo "$config"
 
 run_() { # as the image's user, host network, the mounts below
   buildah_ run --isolation chroot --user 65532:65532 --network host \
     --volume "$work/repo:/repo:ro" --volume "$work/kube:/kube:ro" \
     --env KUBECONFIG=/kube/config --env SETPOINT_ALLOW_LOCAL_REPOS=true \
+    --env TINI_SUBREAPER=1 \
     "$ctr" -- "$@"
 }
 
@@ -80,14 +83,17 @@ run_() { # as the image's user, host network, the mounts below
 # a repository owned by another user), and a kubeconfig with its
 # certificates inline (the local one names files on the host).
 mkdir -p "$work/kube" "$work/src/app"
-cat >"$work/src/app/configmap.yaml" <<EOF
+mkdir -p "$work/src/app-read-only"
+for dir in app app-read-only; do
+  cat >"$work/src/$dir/configmap.yaml" <<EOF
 apiVersion: v1
 kind: ConfigMap
 metadata:
-  name: smoke
+  name: smoke-$dir
 data:
   from: the setpoint image
 EOF
+done
 git -C "$work/src" init --quiet -b main
 git -C "$work/src" -c user.name=smoke -c user.email=smoke@setpoint.invalid add -A
 git -C "$work/src" -c user.name=smoke -c user.email=smoke@setpoint.invalid commit --quiet -m smoke
@@ -106,17 +112,18 @@ check "no root filesystem write as 65532" "Permission denied|Read-only" run_ git
 "$kubectl" apply --server-side --force-conflicts -f "$repo/config/crd/applications.setpoint.dev.yaml" >/dev/null
 "$kubectl" wait --for condition=Established --timeout=60s crd/applications.setpoint.dev >/dev/null
 "$kubectl" create namespace "$ns" >/dev/null
-"$kubectl" apply -f - >/dev/null <<EOF
+for dir in app app-read-only; do
+  "$kubectl" apply -f - >/dev/null <<EOF
 apiVersion: setpoint.dev/v1alpha1
 kind: Application
 metadata:
-  name: smoke
+  name: $dir
   namespace: $ns
 spec:
   source:
     repoURL: file:///repo
     targetRevision: main
-    path: app
+    path: $dir
   destination:
     namespace: $ns
   syncPolicy:
@@ -124,13 +131,34 @@ spec:
       prune: true
       selfHeal: true
 EOF
+done
 revision="$(git -C "$work/src" rev-parse HEAD)"
+applied() { # APP: the ConfigMap is in the cluster and the status names the commit
+  check "$1: the ConfigMap from the mounted repository is applied" "^the setpoint image$" \
+    "$kubectl" -n "$ns" get configmap "smoke-$1" -o 'jsonpath={.data.from}'
+  check "$1: the Application's status names the commit" "^$revision$" \
+    "$kubectl" -n "$ns" get application "$1" -o 'jsonpath={.status.sync.revision}'
+}
 check "setpoint reconcile (through tini, as 65532)" "outcome: applied 1, .*Synced" \
-  run_ /usr/bin/tini -- /usr/local/bin/setpoint reconcile "$ns/smoke"
-check "the ConfigMap from the mounted repository is applied" "^the setpoint image$" \
-  "$kubectl" -n "$ns" get configmap smoke -o 'jsonpath={.data.from}'
-check "the Application's status names the commit" "^$revision$" \
-  "$kubectl" -n "$ns" get application smoke -o 'jsonpath={.status.sync.revision}'
+  run_ /usr/bin/tini -s -- /usr/local/bin/setpoint reconcile "$ns/app"
+applied app
+
+# The same with a read-only root filesystem, through the image's own
+# entrypoint, where a runtime here allows it: podman with runc (crun fails on
+# this machine's hybrid cgroups), with limits below the host's (raising
+# RLIMIT_NOFILE/NPROC is not permitted here).
+if command -v podman >/dev/null && command -v runc >/dev/null; then
+  check "setpoint reconcile with a read-only root filesystem (podman, runc)" "outcome: applied 1, .*Synced" \
+    podman --root "$image_cache/storage" --runroot "$image_cache/runroot" --storage-driver vfs \
+    --runtime runc --cgroup-manager cgroupfs --events-backend file \
+    run --rm --read-only --network host --ulimit nofile=8192:8192 --ulimit nproc=4096:4096 \
+    --volume "$work/repo:/repo:ro" --volume "$work/kube:/kube:ro" \
+    --env KUBECONFIG=/kube/config --env SETPOINT_ALLOW_LOCAL_REPOS=true \
+    localhost/setpoint-smoke:latest reconcile "$ns/app-read-only"
+  applied app-read-only
+else
+  log "skipped: the read-only root filesystem run needs podman and runc (make image-deps installs them)"
+fi
 
 log "done in $((SECONDS - start))s"
 echo "test-image: $passed passed, $failed failed"

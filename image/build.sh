@@ -23,8 +23,8 @@ set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/.." && pwd)"
-cache_root="${SETPOINT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/setpoint}"
-image_cache="$cache_root/image"
+# shellcheck source=image/storage.sh
+source "$here/storage.sh"
 out_dir="${CARGO_TARGET_DIR:?CARGO_TARGET_DIR is not set}/image"
 binary="$CARGO_TARGET_DIR/release/setpoint"
 kubectl="${IMAGE_KUBECTL:?IMAGE_KUBECTL is not set}"
@@ -50,12 +50,6 @@ mkdir -p "$image_cache" "$out_dir"
 # One image build at a time on this machine: they share buildah's storage.
 exec 9>"$image_cache/.lock"
 flock 9
-
-# buildah with its own storage under the cache: vfs (no overlay mounts
-# needed), chroot isolation (no runtime, no namespaces to set up).
-buildah_() {
-  buildah --root "$image_cache/storage" --runroot "$image_cache/runroot" --storage-driver vfs "$@"
-}
 
 hash_of() { cat "$@" | sha256sum | cut -c1-16; }
 
@@ -121,6 +115,7 @@ cmd_build() {
   # shellcheck disable=SC2064
   trap "rm -rf '$work'; buildah_ rmi -f '$tag' >/dev/null 2>&1 || true" EXIT
   make_context "$work/context" "$rootfs"
+  # chroot isolation: no runtime, no namespaces to set up.
   log "building $name:$version ($revision) with buildah"
   local -a args
   mapfile -t args < <(build_args)

@@ -14,8 +14,8 @@ set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/.." && pwd)"
-cache_root="${SETPOINT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/setpoint}"
-image_cache="$cache_root/image"
+# shellcheck source=image/storage.sh
+source "$here/storage.sh"
 kubectl="${SETPOINT_KUBECTL:-kubectl}"
 : "${KUBECONFIG:?KUBECONFIG is not set: the smoke test reconciles against the local control plane}"
 
@@ -40,9 +40,6 @@ read -r archive digest < <("$here/build.sh" build | tail -1)
 [[ -f "$archive" ]] || { log "error: image/build.sh printed no archive"; exit 1; }
 log "image $archive ($digest), ready after $((SECONDS - start))s"
 
-buildah_() {
-  buildah --root "$image_cache/storage" --runroot "$image_cache/runroot" --storage-driver vfs "$@"
-}
 work="$(mktemp -d)"
 ctr=""
 ns="setpoint-image-smoke-$RANDOM$RANDOM"
@@ -57,8 +54,7 @@ trap cleanup EXIT
 exec 9>"$image_cache/.lock"
 flock 9
 # The archive itself, not what buildah built: what a registry would get.
-buildah_ pull --quiet "oci-archive:$archive" >/dev/null
-image_id="$(buildah_ images --quiet --filter "reference=*setpoint*" | head -1)"
+image_id="$(buildah_ pull --quiet "oci-archive:$archive" | tail -1)"
 buildah_ tag "$image_id" localhost/setpoint-smoke:latest
 ctr="$(buildah_ from --quiet --pull-never localhost/setpoint-smoke:latest)"
 flock -u 9
@@ -145,13 +141,11 @@ applied app
 
 # The same with a read-only root filesystem, through the image's own
 # entrypoint, where a runtime here allows it: podman with runc (crun fails on
-# this machine's hybrid cgroups), with limits below the host's (raising
-# RLIMIT_NOFILE/NPROC is not permitted here).
+# this machine's hybrid cgroups), with limits below the host's (setting
+# RLIMIT_NOFILE/NPROC to the host's own is refused here).
 if command -v podman >/dev/null && command -v runc >/dev/null; then
   check "setpoint reconcile with a read-only root filesystem (podman, runc)" "outcome: applied 1, .*Synced" \
-    podman --root "$image_cache/storage" --runroot "$image_cache/runroot" --storage-driver vfs \
-    --runtime runc --cgroup-manager cgroupfs --events-backend file \
-    run --rm --read-only --network host --ulimit nofile=8192:8192 --ulimit nproc=4096:4096 \
+    podman_ run --rm --read-only --network host --ulimit nofile=8192:8192 --ulimit nproc=4096:4096 \
     --volume "$work/repo:/repo:ro" --volume "$work/kube:/kube:ro" \
     --env KUBECONFIG=/kube/config --env SETPOINT_ALLOW_LOCAL_REPOS=true \
     localhost/setpoint-smoke:latest reconcile "$ns/app-read-only"

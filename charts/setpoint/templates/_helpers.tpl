@@ -282,9 +282,10 @@ The volumes every role shares, then extraVolumes: (dict "root" . "cache"
 .Values.worker.cache), the cache's emptyDir settings (sizeLimit, medium).
 */}}
 {{- define "setpoint.volumes" -}}
+{{- $settings := .cache | default dict }}
 {{- $cache := dict }}
-{{- with .cache.medium }}{{ $_ := set $cache "medium" . }}{{ end }}
-{{- with .cache.sizeLimit }}{{ $_ := set $cache "sizeLimit" . }}{{ end -}}
+{{- with $settings.medium }}{{ $_ := set $cache "medium" . }}{{ end }}
+{{- with $settings.sizeLimit }}{{ $_ := set $cache "sizeLimit" . }}{{ end -}}
 - name: config
   configMap:
     name: {{ include "setpoint.configMapName" .root }}

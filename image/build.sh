@@ -8,6 +8,7 @@
 #                      SPDX SBOM beside it; last line: "<archive> <digest>"
 #   build.sh context   the build context of the Containerfile (rootfs.tar and
 #                      the binaries); prints its directory
+#   build.sh rootfs    the root filesystem only (cached); prints its path
 #
 # Environment: CARGO_TARGET_DIR (the release binary is
 # $CARGO_TARGET_DIR/release/setpoint), IMAGE_KUBECTL and IMAGE_HELM (the
@@ -33,9 +34,6 @@ helm="${IMAGE_HELM:?IMAGE_HELM is not set}"
 log() { printf '[image] %s\n' "$*" >&2; }
 die() { printf '[image] error: %s\n' "$*" >&2; exit 1; }
 
-for f in "$binary" "$kubectl" "$helm"; do
-  [[ -x "$f" ]] || die "$f is missing: \`make image\` builds it first"
-done
 command -v buildah >/dev/null || die "buildah is not installed (make image-deps installs it)"
 
 name=setpoint
@@ -50,6 +48,13 @@ mkdir -p "$image_cache" "$out_dir"
 # One image build at a time on this machine: they share buildah's storage.
 exec 9>"$image_cache/.lock"
 flock 9
+
+need_binaries() {
+  local f
+  for f in "$binary" "$kubectl" "$helm"; do
+    [[ -x "$f" ]] || die "$f is missing: \`make image\` builds it first"
+  done
+}
 
 hash_of() { cat "$@" | sha256sum | cut -c1-16; }
 
@@ -71,6 +76,7 @@ rootfs_tar() {
 # of both ship).
 make_context() {
   local dir="$1" rootfs="$2"
+  need_binaries
   mkdir -p "$dir"
   cp "$rootfs" "$dir/rootfs.tar"
   cp "$binary" "$dir/setpoint"
@@ -96,6 +102,7 @@ cmd_context() {
 cmd_build() {
   local rootfs key archive digest_file sbom
   rootfs="$(rootfs_tar)"
+  need_binaries
   key="$( (
     printf '%s\n' "$rootfs"
     build_args
@@ -144,5 +151,6 @@ image_size() {
 case "${1:-}" in
   build) cmd_build ;;
   context) cmd_context ;;
-  *) die "usage: build.sh build | context" ;;
+  rootfs) rootfs_tar ;;
+  *) die "usage: build.sh build | context | rootfs" ;;
 esac

@@ -22,14 +22,19 @@ kubectl="${SETPOINT_KUBECTL:-kubectl}"
 log() { printf '[test-image] %s\n' "$*" >&2; }
 passed=0
 failed=0
-check() { # NAME EXPECTED-REGEX COMMAND...
-  local name="$1" expected="$2" out
-  shift 2
-  if out="$("$@" 2>&1)" && grep -qE -- "$expected" <<<"$out"; then
-    log "ok: $name: $(head -1 <<<"$out")"
+# check NAME EXPECTED-REGEX COMMAND...: COMMAND succeeds and prints a match.
+# check_fails: COMMAND fails, and prints a match.
+check() { expect 0 "$@"; }
+check_fails() { expect 1 "$@"; }
+expect() {
+  local failing="$1" name="$2" expected="$3" out status=0
+  shift 3
+  out="$("$@" 2>&1)" || status=$?
+  if [[ $((status != 0)) -eq "$failing" ]] && grep -qE -- "$expected" <<<"$out"; then
+    log "ok: $name: $(grep -m1 -oE -- "$expected" <<<"$out" | cut -c1-120)"
     passed=$((passed + 1))
   else
-    log "FAILED: $name (expected /$expected/):"
+    log "FAILED: $name (exit status $status, expected /$expected/):"
     printf '%s\n' "$out" | tail -20 >&2
     failed=$((failed + 1))
   fi
@@ -103,7 +108,8 @@ check "setpoint --version" "^setpoint " run_ /usr/local/bin/setpoint --version
 check "git --version" "^git version" run_ git --version
 check "kubectl version --client" "Client Version|Kustomize" run_ kubectl version --client
 check "helm version" "Version:" run_ helm version
-check "no root filesystem write as 65532" "Permission denied|Read-only" run_ git init --quiet /usr/local/bin/x
+check_fails "65532 cannot write to the root filesystem" "cannot mkdir /usr/local/bin/x: Permission denied" \
+  run_ git init --quiet /usr/local/bin/x
 
 "$kubectl" apply --server-side --force-conflicts -f "$repo/config/crd/applications.setpoint.dev.yaml" >/dev/null
 "$kubectl" wait --for condition=Established --timeout=60s crd/applications.setpoint.dev >/dev/null

@@ -31,7 +31,7 @@ expect() {
   shift 3
   out="$("$@" 2>&1)" || status=$?
   if [[ $((status != 0)) -eq "$failing" ]] && grep -qE -- "$expected" <<<"$out"; then
-    log "ok: $name: $(grep -m1 -oE -- "$expected" <<<"$out" | cut -c1-120)"
+    log "ok: $name: $(grep -oE -- "$expected" <<<"$out" | head -1 | cut -c1-120)"
     passed=$((passed + 1))
   else
     log "FAILED: $name (exit status $status, expected /$expected/):"
@@ -104,10 +104,10 @@ chown -R 65532:65532 "$work/repo" "$work/kube"
 chmod 0700 "$work/kube"
 chmod 0600 "$work/kube/config"
 
-check "setpoint --version" "^setpoint " run_ /usr/local/bin/setpoint --version
-check "git --version" "^git version" run_ git --version
-check "kubectl version --client" "Client Version|Kustomize" run_ kubectl version --client
-check "helm version" "Version:" run_ helm version
+check "setpoint --version" "^setpoint [0-9.]+" run_ /usr/local/bin/setpoint --version
+check "git --version" "^git version [0-9.]+" run_ git --version
+check "kubectl version --client" "Client Version: [^ ]+" run_ kubectl version --client
+check "helm version" 'Version:"v[0-9.]+"' run_ helm version
 check_fails "65532 cannot write to the root filesystem" "cannot mkdir /usr/local/bin/x: Permission denied" \
   run_ git init --quiet /usr/local/bin/x
 

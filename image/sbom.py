@@ -64,7 +64,8 @@ def debian_packages(status_path):
         name, version, arch = fields["Package"], fields["Version"], fields.get("Architecture", "all")
         extra = {"supplier": "Organization: Debian", "comment": f"Debian package, source {fields.get('Source', name)}"}
         if "Maintainer" in fields:
-            extra["originator"] = "Person: " + fields["Maintainer"]
+            # SPDX writes `Name (email)` where Debian writes `Name <email>`.
+            extra["originator"] = "Person: " + re.sub(r"\s*<([^>]*)>", r" (\1)", fields["Maintainer"])
         yield package(
             spdx_id("deb", name),
             name,

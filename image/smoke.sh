@@ -44,6 +44,11 @@ start=$SECONDS
 read -r archive digest < <("$here/build.sh" build | tail -1)
 [[ -f "$archive" ]] || { log "error: image/build.sh printed no archive"; exit 1; }
 log "image $archive ($digest), ready after $((SECONDS - start))s"
+sbom="$archive.spdx.json"
+check "SBOM: Debian's git" '"referenceLocator": "pkg:deb/debian/git@' cat "$sbom"
+check "SBOM: the kube crate" '"referenceLocator": "pkg:cargo/kube@' cat "$sbom"
+check "SBOM: helm's Go module" '"referenceLocator": "pkg:golang/helm.sh/helm/v4@' cat "$sbom"
+check "SBOM: the image digest" "\"referenceLocator\": \"pkg:oci/setpoint@${digest/:/%3A}" cat "$sbom"
 
 work="$(mktemp -d)"
 ctr=""

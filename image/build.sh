@@ -67,6 +67,8 @@ rootfs_tar() {
     "$here/rootfs.sh" build "$tar.tmp"
     mv "$tar.tmp.dpkg-status" "$tar.dpkg-status"
     mv "$tar.tmp" "$tar"
+    # Only the current root filesystem is kept.
+    find "$image_cache" -maxdepth 1 -name 'rootfs-*.tar*' ! -name "$(basename "$tar")*" -delete
   fi
   echo "$tar"
 }
@@ -138,6 +140,8 @@ cmd_build() {
   mv "$work/sbom.spdx.json" "$sbom"
   mv "$work/digest" "$digest_file"
   mv "$work/image.oci.tar" "$archive"
+  # The three newest archives are kept (with their digests and SBOMs).
+  ls -t "$out_dir"/*.oci.tar | tail -n +4 | while read -r old; do rm -f "$old" "$old.digest" "$old.spdx.json"; done
   log "built in $((SECONDS - start))s: $(du -m "$archive" | cut -f1) MB archive, $(image_size "$work/context") MB uncompressed; SBOM $sbom"
   echo "$archive $(cat "$digest_file")"
 }

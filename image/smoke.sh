@@ -52,10 +52,11 @@ check "SBOM: the image digest" "\"referenceLocator\": \"pkg:oci/setpoint@${diges
 
 work="$(mktemp -d)"
 ctr=""
+image_id=""
 ns="setpoint-image-smoke-$RANDOM$RANDOM"
 cleanup() {
   [[ -n "$ctr" ]] && buildah_ rm "$ctr" >/dev/null 2>&1
-  buildah_ rmi -f "localhost/setpoint-smoke:latest" >/dev/null 2>&1
+  [[ -n "$image_id" ]] && buildah_ rmi -f "$image_id" >/dev/null 2>&1
   "$kubectl" delete namespace "$ns" --wait=false >/dev/null 2>&1
   rm -rf "$work"
 }

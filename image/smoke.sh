@@ -112,6 +112,9 @@ chmod 0600 "$work/kube/config"
 
 check "setpoint --version" "^setpoint [0-9.]+" run_ /usr/local/bin/setpoint --version
 check "git --version" "^git version [0-9.]+" run_ git --version
+check "ssh -V (ssh:// repositories)" "OpenSSH_[^ ,]+" run_ ssh -V
+check "the CA bundle for https (git hash-object reads it)" "^[0-9a-f]{40}$" \
+  run_ git hash-object /etc/ssl/certs/ca-certificates.crt
 check "kubectl version --client" "Client Version: [^ ]+" run_ kubectl version --client
 check "helm version" 'Version:"v[0-9.]+"' run_ helm version
 check_fails "65532 cannot write to the root filesystem" "cannot mkdir /usr/local/bin/x: Permission denied" \

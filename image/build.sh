@@ -87,6 +87,12 @@ make_context() {
   chmod 0755 "$dir/setpoint" "$dir/kubectl" "$dir/helm"
 }
 
+# One layer, no history, no buildah version label, the commit's time; chroot
+# isolation (no runtime, no namespaces to set up).
+build_flags() {
+  printf -- '%s\n' --isolation=chroot --layers=false --omit-history --identity-label=false "--timestamp=$epoch"
+}
+
 build_args() {
   printf -- '--build-arg=%s\n' "VERSION=$version" "REVISION=$revision" "SOURCE=$source_url" "CREATED=$created"
 }
@@ -97,7 +103,7 @@ cmd_context() {
   dir="$image_cache/context"
   rm -rf "$dir"
   make_context "$dir" "$rootfs"
-  log "build it with: podman build -t $name:$version -f Containerfile $(build_args | tr '\n' ' ')--timestamp=$epoch $dir"
+  log "the same image as \`make image\`: podman build $(build_flags | tr '\n' ' ')$(build_args | tr '\n' ' ')-t $name:$version -f Containerfile $dir"
   echo "$dir"
 }
 
@@ -124,12 +130,10 @@ cmd_build() {
   # shellcheck disable=SC2064
   trap "rm -rf '$work'; buildah_ rmi -f '$tag' >/dev/null 2>&1 || true" EXIT
   make_context "$work/context" "$rootfs"
-  # chroot isolation: no runtime, no namespaces to set up.
   log "building $name:$version ($revision) with buildah"
   local -a args
-  mapfile -t args < <(build_args)
-  buildah_ build --quiet --isolation chroot --layers=false --omit-history --identity-label=false \
-    --timestamp "$epoch" "${args[@]}" -f "$repo/Containerfile" -t "$tag" "$work/context" >/dev/null ||
+  mapfile -t args < <(build_flags && build_args)
+  buildah_ build --quiet "${args[@]}" -f "$repo/Containerfile" -t "$tag" "$work/context" >/dev/null ||
     die "buildah build failed (output above)"
   buildah_ push --quiet --format oci --digestfile "$work/digest" "$tag" \
     "oci-archive:$work/image.oci.tar:$name:$version" || die "buildah push to the OCI archive failed"
@@ -142,7 +146,7 @@ cmd_build() {
   mv "$work/image.oci.tar" "$archive"
   # The three newest archives are kept (with their digests and SBOMs).
   ls -t "$out_dir"/*.oci.tar | tail -n +4 | while read -r old; do rm -f "$old" "$old.digest" "$old.spdx.json"; done
-  log "built in $((SECONDS - start))s: $(du -m "$archive" | cut -f1) MB archive, $(image_size "$work/context") MB uncompressed; SBOM $sbom"
+  log "built in $((SECONDS - start))s: $(du -m "$archive" | cut -f1) MiB archive, $(image_size "$work/context") MiB uncompressed; SBOM $sbom"
   echo "$archive $(cat "$digest_file")"
 }
 

@@ -78,11 +78,13 @@ check "entrypoint: setpoint through tini" '"Entrypoint": \["/usr/bin/tini", "-s"
 check "OCI labels" '"org.opencontainers.image.licenses": "Apache-2.0".*"org.opencontainers.image.revision": "[0-9a-f]{40}' echo "$config"
 check "volumes" '"Volumes": \{"/tmp": \{\}, "/var/cache/setpoint": \{\}\}' echo "$config"
 
+# The smoke test's namespace is an admin namespace (tenancy: its Applications
+# act with Setpoint's own rights); file:// repositories are allowed.
 run_() { # as the image's user, host network, the mounts below
   buildah_ run --isolation chroot --user 65532:65532 --network host \
     --volume "$work/repo:/repo:ro" --volume "$work/kube:/kube:ro" \
     --env KUBECONFIG=/kube/config --env SETPOINT_ALLOW_LOCAL_REPOS=true \
-    --env TINI_SUBREAPER=1 \
+    --env SETPOINT_ADMIN_NAMESPACES="$ns" --env TINI_SUBREAPER=1 \
     "$ctr" -- "$@"
 }
 
@@ -163,6 +165,7 @@ if command -v podman >/dev/null && command -v runc >/dev/null; then
     podman_ run --rm --read-only --network host --ulimit nofile=8192:8192 --ulimit nproc=4096:4096 \
     --volume "$work/repo:/repo:ro" --volume "$work/kube:/kube:ro" \
     --env KUBECONFIG=/kube/config --env SETPOINT_ALLOW_LOCAL_REPOS=true \
+    --env SETPOINT_ADMIN_NAMESPACES="$ns" \
     localhost/setpoint-smoke:latest reconcile "$ns/app-read-only"
   applied app-read-only
 else

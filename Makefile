@@ -23,7 +23,7 @@ export CARGO_TERM_COLOR ?= never
 RUSTC_VERSION := $(shell rustc --version 2>/dev/null | awk '{print $$2}')
 export CARGO_TARGET_DIR ?= $(SETPOINT_CACHE)/cargo-target-$(RUSTC_VERSION)
 
-PHONY_EXTRA := crd bench
+PHONY_EXTRA := crd bench image image-deps image-context image-lock test-image
 .PHONY: all build test unit lint demo bench cluster-build cluster-up cluster-down \
 	rabbitmq-up rabbitmq-down up down fmt helm-build $(PHONY_EXTRA)
 
@@ -79,6 +79,41 @@ test: up lint
 	@echo "[test] cargo test against $$(grep server: $(KUBECONFIG) | awk '{print $$2}') and amqp://127.0.0.1:5672"
 	$(FRESH_TEST_VHOST)
 	cargo test --lib --bins --tests
+
+## The container image (Containerfile; image/build.sh): an OCI archive under
+## $(CARGO_TARGET_DIR)/image with its SPDX SBOM, built with buildah from
+## Debian packages (image/packages.txt, pinned in image/debian.lock), the
+## release binary, and the kubectl and helm the tests use. The last line is
+## "<archive> <digest>". No Docker engine, no registry.
+IMAGE_SOURCE ?= $(shell git remote get-url origin 2>/dev/null | grep -E '^(https://|git@)' || echo unknown)
+IMAGE_ENV := IMAGE_KUBECTL=$(KUBECTL) IMAGE_HELM=$(HELM) IMAGE_SOURCE=$(IMAGE_SOURCE)
+
+# buildah and mmdebstrap build; podman and runc run the smoke test's
+# read-only root filesystem case.
+IMAGE_DEPS := buildah mmdebstrap binutils podman runc
+
+image-deps:
+	@dpkg-query -W -f '$${Status}\n' $(IMAGE_DEPS) 2>/dev/null | grep -c '^install ok installed$$' | grep -qx $(words $(IMAGE_DEPS)) || { \
+	  echo "[image] installing $(IMAGE_DEPS) from Debian"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+	    $(IMAGE_DEPS) >/dev/null; }
+
+image: image-deps build cluster-build helm-build
+	$(IMAGE_ENV) image/build.sh build
+
+## The Containerfile's build context, for Docker or Podman; prints its directory.
+image-context: image-deps
+	@$(MAKE) --no-print-directory build cluster-build helm-build >&2
+	@$(IMAGE_ENV) image/build.sh context
+
+## Resolve the image's Debian packages anew (a new debian.lock to commit).
+image-lock: image-deps
+	image/rootfs.sh lock
+
+## The image's smoke test (image/smoke.sh): versions, and one reconcile from
+## inside the image as UID 65532 against the local control plane.
+test-image: up image-deps build
+	$(IMAGE_ENV) image/smoke.sh
 
 ## Benchmarks against the real control plane and RabbitMQ (release build).
 bench: up

@@ -196,6 +196,19 @@ fn container(deployment: &Value) -> &Value {
     &containers[0]
 }
 
+/// The pod volume mounted at `path` in the Deployment's container.
+fn volume_at<'a>(deployment: &'a Value, path: &str) -> &'a Value {
+    let what = name_of(deployment);
+    let mount = container(deployment)["volumeMounts"]
+        .as_array()
+        .and_then(|mounts| mounts.iter().find(|m| m["mountPath"] == path))
+        .unwrap_or_else(|| panic!("{what}: nothing is mounted at {path}"));
+    pod_spec(deployment)["volumes"]
+        .as_array()
+        .and_then(|volumes| volumes.iter().find(|v| v["name"] == mount["name"]))
+        .unwrap_or_else(|| panic!("{what}: no volume {} for {path}", mount["name"]))
+}
+
 fn strings(value: &Value) -> Vec<String> {
     value
         .as_array()
@@ -356,6 +369,9 @@ fn assert_roles(objects: &[Value]) {
 
         let security = &container["securityContext"];
         assert_eq!(security["runAsNonRoot"].as_bool(), Some(true), "{what}");
+        // The image's user (Containerfile `USER 65532:65532`).
+        assert_eq!(security["runAsUser"].as_i64(), Some(65532), "{what}");
+        assert_eq!(pod["securityContext"]["runAsUser"].as_i64(), Some(65532));
         assert_eq!(
             security["readOnlyRootFilesystem"].as_bool(),
             Some(true),
@@ -372,6 +388,16 @@ fn assert_roles(objects: &[Value]) {
         );
         assert_eq!(
             security["seccompProfile"]["type"], "RuntimeDefault",
+            "{what}"
+        );
+        // The root filesystem is read-only: the image writes only to these.
+        for path in ["/tmp", "/var/cache/setpoint"] {
+            let volume = volume_at(deployment, path);
+            assert!(volume["emptyDir"].is_object(), "{what}: {path}: {volume}");
+        }
+        assert_eq!(
+            env(container, "SETPOINT_CACHE_DIR")["value"],
+            "/var/cache/setpoint",
             "{what}"
         );
         for resource in ["cpu", "memory"] {
@@ -405,20 +431,13 @@ fn assert_roles(objects: &[Value]) {
         pod_spec(worker)["terminationGracePeriodSeconds"].as_i64(),
         Some(60)
     );
+    assert_eq!(
+        volume_at(worker, "/var/cache/setpoint")["emptyDir"]["sizeLimit"],
+        "2Gi",
+        "the worker's Git mirrors get worker.cache"
+    );
     let worker = container(worker);
     assert_eq!(flag(worker, "--concurrency").as_deref(), Some("8"));
-    assert_eq!(
-        env(worker, "SETPOINT_CACHE_DIR")["value"],
-        "/var/cache/setpoint"
-    );
-    assert!(
-        worker["volumeMounts"]
-            .as_array()
-            .is_some_and(|mounts| mounts
-                .iter()
-                .any(|m| m["mountPath"] == "/var/cache/setpoint")),
-        "the worker has no cache volume"
-    );
 
     let webhook = container(deployment(objects, "webhook"));
     assert_eq!(flag(webhook, "--listen").as_deref(), Some("0.0.0.0:8080"));
@@ -477,6 +496,15 @@ async fn defaults_render_every_role_and_the_api_server_accepts_them() {
     let ns = TestNamespace::new("chart").await;
     let objects = render_and_dry_run(&ns.name, &[]);
     assert_roles(&objects);
+
+    // The image `make image` builds and tags: setpoint:<the crate's version>.
+    for role in ROLES {
+        assert_eq!(
+            container(deployment(&objects, role))["image"],
+            format!("setpoint:{}", env!("CARGO_PKG_VERSION")).as_str(),
+            "{role}"
+        );
+    }
 
     let worker = deployment(&objects, "worker");
     assert!(

@@ -239,6 +239,8 @@ name (the Events' reporting instance), then extraEnv and the role's extraEnv.
   value: {{ $root.Values.amqp.shards | toString | quote }}
 - name: SETPOINT_METRICS_LISTEN
   value: {{ printf "0.0.0.0:%v" $root.Values.metrics.port | quote }}
+- name: SETPOINT_CACHE_DIR
+  value: /var/cache/setpoint
 - name: POD_NAMESPACE
   valueFrom:
     fieldRef:
@@ -256,8 +258,10 @@ name (the Events' reporting instance), then extraEnv and the role's extraEnv.
 {{- end }}
 
 {{/*
-The volume mounts every role shares: the config file and a writable /tmp
-(the root filesystem is read-only), then extraVolumeMounts.
+The volume mounts every role shares: the config file, and the image's two
+writable directories (its root filesystem is read-only): /tmp and the cache
+/var/cache/setpoint (SETPOINT_CACHE_DIR and HOME: Git mirrors, render
+scratch, helm's and kubectl's caches), then extraVolumeMounts.
 */}}
 {{- define "setpoint.volumeMounts" -}}
 - name: config
@@ -266,21 +270,30 @@ The volume mounts every role shares: the config file and a writable /tmp
   readOnly: true
 - name: tmp
   mountPath: /tmp
+- name: cache
+  mountPath: /var/cache/setpoint
 {{- with .Values.extraVolumeMounts }}
 {{ toYaml . }}
 {{- end }}
 {{- end }}
 
 {{/*
-The volumes every role shares, then extraVolumes.
+The volumes every role shares, then extraVolumes: (dict "root" . "cache"
+.Values.worker.cache), the cache's emptyDir settings (sizeLimit, medium).
 */}}
 {{- define "setpoint.volumes" -}}
+{{- $settings := .cache | default dict }}
+{{- $cache := dict }}
+{{- with $settings.medium }}{{ $_ := set $cache "medium" . }}{{ end }}
+{{- with $settings.sizeLimit }}{{ $_ := set $cache "sizeLimit" . }}{{ end -}}
 - name: config
   configMap:
-    name: {{ include "setpoint.configMapName" . }}
+    name: {{ include "setpoint.configMapName" .root }}
 - name: tmp
   emptyDir: {}
-{{- with .Values.extraVolumes }}
+- name: cache
+  emptyDir: {{- toYaml $cache | nindent 4 }}
+{{- with .root.Values.extraVolumes }}
 {{ toYaml . }}
 {{- end }}
 {{- end }}

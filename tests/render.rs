@@ -772,6 +772,9 @@ fn alias_bomb(items: usize, aliases: usize) -> String {
 async fn run_measured(args: &[&str], cache: &std::path::Path) -> (i32, String, u64) {
     let log = cache.join(format!("{}.log", support::unique_name("measured")));
     let out = std::fs::File::create(&log).unwrap();
+    // wait4 below reaps it, as std's wait cannot: only wait4 tells the
+    // child's own peak memory.
+    #[allow(clippy::zombie_processes)]
     let child = std::process::Command::new(env!("CARGO_BIN_EXE_setpoint"))
         .args(args)
         .env("KUBECONFIG", support::kubeconfig_path())

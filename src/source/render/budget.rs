@@ -10,8 +10,6 @@
 use std::collections::HashMap;
 use std::mem::MaybeUninit;
 
-use unsafe_libyaml as sys;
-
 /// The limits, per manifest file and per document.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ManifestLimits {
@@ -205,27 +203,31 @@ enum Event {
 /// libyaml's event parser over a byte slice.
 struct Parser<'input> {
     /// Boxed: libyaml keeps pointers into its own state, so it must not move.
-    sys: Box<MaybeUninit<sys::yaml_parser_t>>,
+    state: Box<MaybeUninit<unsafe_libyaml::yaml_parser_t>>,
     _input: std::marker::PhantomData<&'input [u8]>,
     done: bool,
 }
 
 impl<'input> Parser<'input> {
     fn new(input: &'input [u8]) -> Self {
-        let mut sys = Box::new(MaybeUninit::<sys::yaml_parser_t>::uninit());
+        let mut state = Box::new(MaybeUninit::<unsafe_libyaml::yaml_parser_t>::uninit());
         // SAFETY: the parser is initialized in place before any other use;
         // it reads `input`, which outlives it (the lifetime `'input`), and
         // `Drop` deletes it.
         unsafe {
-            let parser = sys.as_mut_ptr();
-            if sys::yaml_parser_initialize(parser).fail {
+            let parser = state.as_mut_ptr();
+            if unsafe_libyaml::yaml_parser_initialize(parser).fail {
                 panic!("libyaml could not allocate a parser");
             }
-            sys::yaml_parser_set_encoding(parser, sys::YAML_UTF8_ENCODING);
-            sys::yaml_parser_set_input_string(parser, input.as_ptr(), input.len() as u64);
+            unsafe_libyaml::yaml_parser_set_encoding(parser, unsafe_libyaml::YAML_UTF8_ENCODING);
+            unsafe_libyaml::yaml_parser_set_input_string(
+                parser,
+                input.as_ptr(),
+                input.len() as u64,
+            );
         }
         Parser {
-            sys,
+            state,
             _input: std::marker::PhantomData,
             done: false,
         }
@@ -236,47 +238,48 @@ impl<'input> Parser<'input> {
         if self.done {
             return None;
         }
-        let mut raw = MaybeUninit::<sys::yaml_event_t>::uninit();
+        let mut raw = MaybeUninit::<unsafe_libyaml::yaml_event_t>::uninit();
         // SAFETY: the parser was initialized in `new`; a successful
         // `yaml_parser_parse` initializes the event, whose union is read
         // only as its `type_` says, and which is deleted before returning.
         unsafe {
-            let parser = self.sys.as_mut_ptr();
-            if sys::yaml_parser_parse(parser, raw.as_mut_ptr()).fail {
+            let parser = self.state.as_mut_ptr();
+            if unsafe_libyaml::yaml_parser_parse(parser, raw.as_mut_ptr()).fail {
                 self.done = true;
                 return None;
             }
             let raw = raw.as_mut_ptr();
             let event = match (*raw).type_ {
-                sys::YAML_DOCUMENT_START_EVENT => Event::DocumentStart,
-                sys::YAML_DOCUMENT_END_EVENT => Event::DocumentEnd,
-                sys::YAML_STREAM_END_EVENT => {
+                unsafe_libyaml::YAML_DOCUMENT_START_EVENT => Event::DocumentStart,
+                unsafe_libyaml::YAML_DOCUMENT_END_EVENT => Event::DocumentEnd,
+                unsafe_libyaml::YAML_STREAM_END_EVENT => {
                     self.done = true;
                     Event::StreamEnd
                 }
-                sys::YAML_SCALAR_EVENT => Event::Scalar {
+                unsafe_libyaml::YAML_SCALAR_EVENT => Event::Scalar {
                     anchor: c_bytes((*raw).data.scalar.anchor),
                     length: (*raw).data.scalar.length,
                 },
-                sys::YAML_SEQUENCE_START_EVENT => Event::CollectionStart {
+                unsafe_libyaml::YAML_SEQUENCE_START_EVENT => Event::CollectionStart {
                     anchor: c_bytes((*raw).data.sequence_start.anchor),
                 },
-                sys::YAML_MAPPING_START_EVENT => Event::CollectionStart {
+                unsafe_libyaml::YAML_MAPPING_START_EVENT => Event::CollectionStart {
                     anchor: c_bytes((*raw).data.mapping_start.anchor),
                 },
-                sys::YAML_SEQUENCE_END_EVENT | sys::YAML_MAPPING_END_EVENT => Event::CollectionEnd,
-                sys::YAML_ALIAS_EVENT => Event::Alias {
+                unsafe_libyaml::YAML_SEQUENCE_END_EVENT
+                | unsafe_libyaml::YAML_MAPPING_END_EVENT => Event::CollectionEnd,
+                unsafe_libyaml::YAML_ALIAS_EVENT => Event::Alias {
                     anchor: c_bytes((*raw).data.alias.anchor).unwrap_or_default(),
                 },
-                sys::YAML_STREAM_START_EVENT => Event::StreamStart,
+                unsafe_libyaml::YAML_STREAM_START_EVENT => Event::StreamStart,
                 // No event: libyaml has nothing more to say.
                 _ => {
                     self.done = true;
-                    sys::yaml_event_delete(raw);
+                    unsafe_libyaml::yaml_event_delete(raw);
                     return None;
                 }
             };
-            sys::yaml_event_delete(raw);
+            unsafe_libyaml::yaml_event_delete(raw);
             Some(event)
         }
     }
@@ -298,7 +301,7 @@ unsafe fn c_bytes(ptr: *const u8) -> Option<Vec<u8>> {
 impl Drop for Parser<'_> {
     fn drop(&mut self) {
         // SAFETY: initialized in `new`, deleted once, here.
-        unsafe { sys::yaml_parser_delete(self.sys.as_mut_ptr()) }
+        unsafe { unsafe_libyaml::yaml_parser_delete(self.state.as_mut_ptr()) }
     }
 }
 
@@ -347,7 +350,7 @@ mod tests {
             let previous = format!("*l{}", level - 1);
             text.push_str(&format!(
                 "l{level}: &l{level} [{}]\n",
-                vec![previous.as_str(); 10].join(",")
+                [previous.as_str(); 10].join(",")
             ));
         }
         let err = scan(text.as_bytes(), &ManifestLimits::default()).unwrap_err();

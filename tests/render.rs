@@ -748,6 +748,37 @@ async fn nothing_outside_the_repository_is_read_while_rendering() {
         assert!(message.contains(&expected), "{app}: {message}");
     }
     marker_nowhere(&ns, &marker).await;
+
+    // A symlink that stays inside the repository is followed.
+    let linked = GitRepo::new();
+    linked
+        .write(
+            "base/cm.yaml",
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: inside\ndata: {from: base}\n",
+        )
+        .write("base/kustomization.yaml", "resources: [cm.yaml]\n")
+        .write("envs/ok/kustomization.yaml", "resources: [base]\n");
+    std::os::unix::fs::symlink("../../base", linked.work.join("envs/ok/base")).unwrap();
+    let commit = linked.commit("a base through a symlink inside the repository");
+    create_app(
+        &ns,
+        "linked",
+        &linked.url(),
+        "envs/ok",
+        automated(true, true),
+    )
+    .await;
+    reconcile_app(&ctx, &ns, "linked", &Request::default())
+        .await
+        .unwrap_or_else(|e| panic!("linked: {e}"));
+    synced_at(&ns, "linked", &commit).await.unwrap();
+    assert!(
+        ns.api::<ConfigMap>()
+            .get_opt("inside")
+            .await
+            .unwrap()
+            .is_some()
+    );
     assert!(
         ns.api::<ConfigMap>()
             .get_opt("outside")

@@ -230,6 +230,42 @@ pub const SETTINGS: &[Setting] = &[
         },
         "33554432",
     ),
+    setting(
+        "render.maxManifestBytes",
+        "SETPOINT_MAX_MANIFEST_BYTES",
+        Kind::Count {
+            min: 1024,
+            max: 1 << 32,
+        },
+        "8388608",
+    ),
+    setting(
+        "render.maxManifestAliases",
+        "SETPOINT_MAX_MANIFEST_ALIASES",
+        Kind::Count {
+            min: 0,
+            max: 1 << 32,
+        },
+        "10000",
+    ),
+    setting(
+        "render.maxManifestNodes",
+        "SETPOINT_MAX_MANIFEST_NODES",
+        Kind::Count {
+            min: 1000,
+            max: 1 << 32,
+        },
+        "1000000",
+    ),
+    setting(
+        "render.maxManifestExpandedBytes",
+        "SETPOINT_MAX_MANIFEST_EXPANDED_BYTES",
+        Kind::Count {
+            min: 1024,
+            max: 1 << 34,
+        },
+        "10485760",
+    ),
     setting("render.kubectl", "SETPOINT_KUBECTL", Kind::Path, "kubectl"),
     setting("render.helm", "SETPOINT_HELM", Kind::Path, "helm"),
     setting("git.username", "SETPOINT_GIT_USERNAME", Kind::Text, "git"),

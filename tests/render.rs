@@ -597,3 +597,294 @@ async fn a_sweep_over_a_hundred_unchanged_kustomize_apps_renders_nothing() {
         synced_at(&ns, &format!("app-{i}"), &commit).await.unwrap();
     }
 }
+
+/// The Stalled condition of an Application: its reason and message.
+async fn stalled(ns: &TestNamespace, app: &str) -> (String, String) {
+    let status = get_app(ns, app).await.status.unwrap_or_default();
+    let stalled = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == ConditionType::Stalled && c.status == ConditionStatus::True)
+        .unwrap_or_else(|| panic!("{app} is not Stalled: {:?}", status.conditions));
+    (stalled.reason.clone(), stalled.message.clone())
+}
+
+/// Fails when any ConfigMap of the namespace holds `marker`.
+async fn marker_nowhere(ns: &TestNamespace, marker: &str) {
+    let configmaps = ns
+        .api::<ConfigMap>()
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+    for configmap in configmaps.items {
+        let text = serde_json::to_string(&configmap).unwrap();
+        assert!(
+            !text.contains(marker),
+            "{} holds a file from outside the repository: {text}",
+            configmap.name_any()
+        );
+    }
+}
+
+#[tokio::test]
+async fn nothing_outside_the_repository_is_read_while_rendering() {
+    let ns = TestNamespace::new("render-confined").await;
+    install_crd(&ns.client).await;
+    let (ctx, cache) = context().await;
+    // Files outside the repository, each holding a marker that must reach
+    // no object. The render's copy is <cache>/render/render-*/repo, so
+    // five `..` from envs/prod reach <cache>.
+    let marker = format!("outside-marker-{}", ns.name);
+    let outside = cache.path().join("outside");
+    std::fs::create_dir_all(&outside).unwrap();
+    std::fs::write(outside.join("kustomization.yaml"), "resources: [cm.yaml]\n").unwrap();
+    std::fs::write(
+        outside.join("cm.yaml"),
+        format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: outside\ndata: {{marker: {marker}}}\n"),
+    )
+    .unwrap();
+    let secret_file = outside.join("secret.yaml");
+    std::fs::write(&secret_file, format!("greeting: {marker}\n")).unwrap();
+
+    // The symlinks go in repositories of their own: a symlink pointing
+    // outside refuses every render of its repository.
+    let chart = |repo: &GitRepo| {
+        repo.write("charts/web/Chart.yaml", CHART)
+            .write("charts/web/values.yaml", "greeting: from-chart\n")
+            .write(
+                "charts/web/templates/greeting.yaml",
+                "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: greeting\ndata:\n  greeting: {{ .Values.greeting | quote }}\n",
+            );
+    };
+    let climbing = GitRepo::new();
+    climbing.write(
+        "envs/prod/kustomization.yaml",
+        "resources:\n- ../../../../../outside\n",
+    );
+    chart(&climbing);
+    climbing.commit("paths that climb out of the repository");
+    let generator = GitRepo::new();
+    generator.write(
+        "envs/gen/kustomization.yaml",
+        "configMapGenerator:\n- name: settings\n  files: [app.conf]\n",
+    );
+    std::os::unix::fs::symlink(&secret_file, generator.work.join("envs/gen/app.conf")).unwrap();
+    generator.commit("a generator reading a symlink to outside");
+    let values = GitRepo::new();
+    chart(&values);
+    std::os::unix::fs::symlink(
+        &secret_file,
+        values.work.join("charts/web/values-prod.yaml"),
+    )
+    .unwrap();
+    values.commit("a values file that is a symlink to outside");
+
+    create_app(
+        &ns,
+        "climbs",
+        &climbing.url(),
+        "envs/prod",
+        automated(true, true),
+    )
+    .await;
+    create_app(
+        &ns,
+        "generator",
+        &generator.url(),
+        "envs/gen",
+        automated(true, true),
+    )
+    .await;
+    let helm = |repo: &GitRepo, file: &str| Source {
+        repo_url: repo.url(),
+        path: Some("charts/web".into()),
+        helm: Some(HelmSource {
+            value_files: vec![file.into()],
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    create_app_from(
+        &ns,
+        "values-link",
+        helm(&values, "values-prod.yaml"),
+        automated(true, true),
+    )
+    .await;
+    // From charts/web, three `..` climb above the repository's root.
+    create_app_from(
+        &ns,
+        "values-up",
+        helm(&climbing, "../../../outside/secret.yaml"),
+        automated(true, true),
+    )
+    .await;
+
+    let secret = secret_file.display().to_string();
+    for (app, expected) in [
+        (
+            "climbs",
+            "kustomization.yaml in envs/prod: resource ../../../../../outside climbs out of the repository".to_string(),
+        ),
+        (
+            "generator",
+            format!("symlink envs/gen/app.conf -> {secret} points outside the repository"),
+        ),
+        (
+            "values-link",
+            format!("symlink charts/web/values-prod.yaml -> {secret} points outside the repository"),
+        ),
+        (
+            "values-up",
+            "values file ../../../outside/secret.yaml is outside the repository".to_string(),
+        ),
+    ] {
+        let err = reconcile_app(&ctx, &ns, app, &Request::default())
+            .await
+            .expect_err(app);
+        assert!(!err.is_transient(), "{app}: {err}");
+        let (reason, message) = stalled(&ns, app).await;
+        assert_eq!(reason, "InvalidSource", "{app}: {message}");
+        assert!(message.contains(&expected), "{app}: {message}");
+    }
+    marker_nowhere(&ns, &marker).await;
+
+    // A symlink that stays inside the repository is followed.
+    let linked = GitRepo::new();
+    linked
+        .write(
+            "base/cm.yaml",
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: inside\ndata: {from: base}\n",
+        )
+        .write("base/kustomization.yaml", "resources: [cm.yaml]\n")
+        .write("envs/ok/kustomization.yaml", "resources: [base]\n");
+    std::os::unix::fs::symlink("../../base", linked.work.join("envs/ok/base")).unwrap();
+    let commit = linked.commit("a base through a symlink inside the repository");
+    create_app(
+        &ns,
+        "linked",
+        &linked.url(),
+        "envs/ok",
+        automated(true, true),
+    )
+    .await;
+    reconcile_app(&ctx, &ns, "linked", &Request::default())
+        .await
+        .unwrap_or_else(|e| panic!("linked: {e}"));
+    synced_at(&ns, "linked", &commit).await.unwrap();
+    assert!(
+        ns.api::<ConfigMap>()
+            .get_opt("inside")
+            .await
+            .unwrap()
+            .is_some()
+    );
+    assert!(
+        ns.api::<ConfigMap>()
+            .get_opt("outside")
+            .await
+            .unwrap()
+            .is_none()
+    );
+}
+
+/// `a: &a [x, x, …]` with `items` items, then `b: [*a, *a, …]` with
+/// `aliases` aliases, as the second document of a file.
+fn alias_bomb(items: usize, aliases: usize) -> String {
+    format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: fine}}\n---\na: &a [{}]\nb: [{}]\n",
+        vec!["x"; items].join(","),
+        vec!["*a"; aliases].join(",")
+    )
+}
+
+/// Runs `setpoint <args>` to its end: its exit code, its output and its
+/// peak resident memory in KiB (`ru_maxrss` of wait4 on its pid).
+async fn run_measured(args: &[&str], cache: &std::path::Path) -> (i32, String, u64) {
+    let log = cache.join(format!("{}.log", support::unique_name("measured")));
+    let out = std::fs::File::create(&log).unwrap();
+    // wait4 below reaps it, as std's wait cannot: only wait4 tells the
+    // child's own peak memory.
+    #[allow(clippy::zombie_processes)]
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_setpoint"))
+        .args(args)
+        .env("KUBECONFIG", support::kubeconfig_path())
+        .env("SETPOINT_CACHE_DIR", cache)
+        .env("SETPOINT_LOG", "info")
+        .stdout(out.try_clone().unwrap())
+        .stderr(out)
+        .stdin(std::process::Stdio::null())
+        .spawn()
+        .expect("start setpoint");
+    let pid = child.id() as libc::pid_t;
+    let (status, usage) = wait_for("setpoint to exit", DEADLINE, || async {
+        let mut status = 0;
+        // SAFETY: an all-zero rusage is valid; wait4 only writes to the two
+        // locals, for our own child, without blocking.
+        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+        let reaped = unsafe { libc::wait4(pid, &mut status, libc::WNOHANG, &mut usage) };
+        match reaped {
+            0 => Err("still running".to_string()),
+            p if p == pid => Ok((status, usage)),
+            _ => panic!("wait4: {}", std::io::Error::last_os_error()),
+        }
+    })
+    .await;
+    let code = if libc::WIFEXITED(status) {
+        libc::WEXITSTATUS(status)
+    } else {
+        -libc::WTERMSIG(status)
+    };
+    let output = std::fs::read_to_string(&log).unwrap_or_default();
+    (code, output, usage.ru_maxrss as u64)
+}
+
+#[tokio::test]
+async fn an_alias_bomb_and_a_huge_document_stall_within_bounded_memory() {
+    let ns = TestNamespace::new("render-bomb").await;
+    install_crd(&ns.client).await;
+    let (_ctx, cache) = context().await;
+    let bomb = alias_bomb(20_000, 20_000);
+    // About 98 KiB, as the one that killed the workers.
+    assert!((90_000..100 * 1024).contains(&bomb.len()), "{}", bomb.len());
+    // Under the alias limit, but each alias 10 KB: about 11 MB expanded.
+    let huge = format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: huge}}\nlong: &long [{}]\ndata: [{}]\n",
+        vec!["y".repeat(100); 100].join(","),
+        vec!["*long"; 1_100].join(",")
+    );
+    let repo = GitRepo::new();
+    repo.write("apps/bomb/bomb.yaml", &bomb)
+        .write("apps/huge/huge.yaml", &huge)
+        .commit("an alias bomb and a huge document");
+    create_app(&ns, "bomb", &repo.url(), "apps/bomb", automated(true, true)).await;
+    create_app(&ns, "huge", &repo.url(), "apps/huge", automated(true, true)).await;
+
+    for (app, expected) in [
+        (
+            "bomb",
+            "apps/bomb/bomb.yaml: document 1: expands to more than 1000000 nodes through aliases (limit SETPOINT_MAX_MANIFEST_NODES)",
+        ),
+        (
+            "huge",
+            "apps/huge/huge.yaml: document 0: expands to more than 10485760 bytes through aliases (limit SETPOINT_MAX_MANIFEST_EXPANDED_BYTES)",
+        ),
+    ] {
+        let target = format!("{}/{app}", ns.name);
+        let (code, output, peak_kib) = run_measured(&["reconcile", &target], cache.path()).await;
+        eprintln!(
+            "setpoint reconcile {app}: exit {code}, peak RSS {} MiB",
+            peak_kib / 1024
+        );
+        assert_eq!(code, 2, "{app}: a lasting failure, not a crash: {output}");
+        assert!(output.contains(expected), "{app}: {output}");
+        assert!(
+            peak_kib < 200 * 1024,
+            "{app}: setpoint peaked at {} MiB",
+            peak_kib / 1024
+        );
+        let (reason, message) = stalled(&ns, app).await;
+        assert_eq!(reason, "ManifestTooLarge");
+        assert!(message.contains(expected), "{message}");
+    }
+}

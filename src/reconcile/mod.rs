@@ -162,7 +162,8 @@ async fn render(
     let source = &app.spec.source;
     let method = Method::detect(source, &checkout.path, &checkout.files)?;
     if method == Method::Directory {
-        return Ok(directory::render(&checkout.files)?);
+        let mut budget = ctx.renderers.settings().budget();
+        return Ok(directory::render(&checkout.files, &mut budget)?);
     }
     let capabilities = match method {
         Method::Helm(_) => Some(ctx.renderers.capabilities(&ctx.client).await?),

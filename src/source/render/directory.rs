@@ -1,28 +1,106 @@
 //! The plain directory: every `.yaml`, `.yml` and `.json` file under the
 //! path, recursively, in path order; multi-document YAML; empty documents
-//! skipped; `kind: List` flattened. Pure: a function of the files.
+//! skipped; `kind: List` flattened. Pure: a function of the files. Parsing
+//! is bounded (`budget`): a file, a document once its aliases are expanded,
+//! and the whole render each have a size limit.
 
 use serde::Deserialize;
 use serde_json::Value;
 
+use super::budget::{self, ManifestLimits};
 use super::{RenderError, check_unique};
 use crate::manifest::{Manifest, ObjectId, Origin, split_api_version};
 use crate::source::git::SourceFile;
 
-pub fn render(files: &[SourceFile]) -> Result<Vec<Manifest>, RenderError> {
+pub fn render(files: &[SourceFile], budget: &mut Budget) -> Result<Vec<Manifest>, RenderError> {
     let mut files: Vec<&SourceFile> = files.iter().filter(|f| is_manifest(&f.path)).collect();
     files.sort_by(|a, b| a.path.cmp(&b.path));
     let mut manifests = Vec::new();
     for file in files {
-        manifests.extend(objects(file)?);
+        budget.check(file, true)?;
+        manifests.extend(parse_objects(file)?);
     }
     check_unique(&manifests)?;
     Ok(manifests)
 }
 
-/// The objects of one YAML or JSON file (or of one renderer's output, named
-/// like a file), in document order.
-pub(super) fn objects(file: &SourceFile) -> Result<Vec<Manifest>, RenderError> {
+/// What one render's parsing may still cost: the per-file and per-document
+/// limits, and the bytes left for the whole render (its documents' expanded
+/// sizes added up).
+#[derive(Clone, Debug)]
+pub struct Budget {
+    pub limits: ManifestLimits,
+    left: u64,
+    total: u64,
+}
+
+impl Budget {
+    /// `total`: the bytes all the render's documents may expand to.
+    pub fn new(limits: ManifestLimits, total: usize) -> Self {
+        let total = total as u64;
+        Budget {
+            limits,
+            left: total,
+            total,
+        }
+    }
+
+    /// Refuses `file` when it is larger than a manifest file may be (a
+    /// file from Git; a renderer's output is bounded as it is read), or when
+    /// one of its documents expands beyond the limits.
+    fn check(&mut self, file: &SourceFile, from_git: bool) -> Result<(), RenderError> {
+        let too_large = |document: Option<usize>, message: String| RenderError::ManifestTooLarge {
+            file: file.path.clone(),
+            document,
+            message,
+        };
+        let limits = &self.limits;
+        if from_git && file.contents.len() > limits.max_file_bytes {
+            return Err(too_large(
+                None,
+                format!(
+                    "{} bytes, more than the {} a manifest file may have (limit SETPOINT_MAX_MANIFEST_BYTES)",
+                    file.contents.len(),
+                    limits.max_file_bytes
+                ),
+            ));
+        }
+        let expanded = if file.path.to_ascii_lowercase().ends_with(".json") {
+            // JSON has no aliases: its size is its size.
+            file.contents.len() as u64
+        } else {
+            budget::scan(&file.contents, limits)
+                .map_err(|e| too_large(Some(e.document), e.message))?
+                .iter()
+                .map(|size| size.bytes)
+                .sum()
+        };
+        self.left = self.left.checked_sub(expanded).ok_or_else(|| {
+            too_large(
+                None,
+                format!(
+                    "the render's manifests add up to more than {} bytes (limit SETPOINT_RENDER_MAX_OUTPUT)",
+                    self.total
+                ),
+            )
+        })?;
+        Ok(())
+    }
+}
+
+/// The objects of one renderer's output (named like a file), in document
+/// order.
+pub(super) fn rendered_objects(
+    output: &SourceFile,
+    budget: &mut Budget,
+) -> Result<Vec<Manifest>, RenderError> {
+    budget.check(output, false)?;
+    parse_objects(output)
+}
+
+/// The objects of one YAML or JSON file, in document order; its cost was
+/// checked.
+fn parse_objects(file: &SourceFile) -> Result<Vec<Manifest>, RenderError> {
     let mut manifests = Vec::new();
     for (document, value) in parse_file(file)? {
         let origin = Origin {
@@ -160,7 +238,7 @@ mod tests {
     }
 
     fn render(files: &[SourceFile]) -> Result<Vec<Manifest>, RenderError> {
-        super::render(files)
+        super::render(files, &mut Budget::new(ManifestLimits::default(), 32 << 20))
     }
 
     const CM: &str = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n";
@@ -291,6 +369,94 @@ mod tests {
                 .unwrap()
                 .len(),
             2
+        );
+    }
+
+    fn alias_bomb(items: usize, aliases: usize) -> String {
+        format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: bomb}}\na: &a [{}]\nb: [{}]\n",
+            vec!["x"; items].join(","),
+            vec!["*a"; aliases].join(",")
+        )
+    }
+
+    #[test]
+    fn the_alias_bomb_is_refused_naming_the_file_and_the_document() {
+        let started = std::time::Instant::now();
+        let text = format!("{CM}---\n{}", alias_bomb(20_000, 20_000));
+        let err = render(&[file("apps/bomb.yaml", &text)]).unwrap_err();
+        assert!(started.elapsed() < std::time::Duration::from_secs(2));
+        assert_eq!(err.reason(), "ManifestTooLarge");
+        assert!(!err.is_transient());
+        assert_eq!(
+            err.to_string(),
+            "apps/bomb.yaml: document 1: expands to more than 1000000 nodes through aliases (limit SETPOINT_MAX_MANIFEST_NODES)"
+        );
+    }
+
+    #[test]
+    fn anchors_and_aliases_within_the_limits_still_parse() {
+        let text = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a, labels: &labels {app: web}}\ndata: *labels\n";
+        let manifests = render(&[file("a.yaml", text)]).unwrap();
+        assert_eq!(manifests[0].body["data"]["app"], "web");
+        // The same with the bomb's shape, small.
+        let manifests = render(&[file("b.yaml", &alias_bomb(100, 100))]).unwrap();
+        assert_eq!(manifests[0].body["b"][99][99], "x");
+    }
+
+    #[test]
+    fn a_file_over_the_size_limit_is_refused_before_parsing() {
+        let limits = ManifestLimits {
+            max_file_bytes: 1024,
+            ..Default::default()
+        };
+        let big = format!("{CM}data:\n  x: {}\n", "y".repeat(2048));
+        let err = super::render(
+            &[file("apps/big.yaml", &big)],
+            &mut Budget::new(limits, 1 << 20),
+        )
+        .unwrap_err();
+        assert_eq!(err.reason(), "ManifestTooLarge");
+        assert!(
+            err.to_string().starts_with(&format!(
+                "apps/big.yaml: {} bytes, more than the 1024 a manifest file may have",
+                big.len()
+            )),
+            "{err}"
+        );
+        // JSON too.
+        let json = format!("{{\"x\": \"{}\"}}", "y".repeat(2048));
+        let err = super::render(
+            &[file("big.json", &json)],
+            &mut Budget::new(limits, 1 << 20),
+        )
+        .unwrap_err();
+        assert_eq!(err.reason(), "ManifestTooLarge");
+    }
+
+    #[test]
+    fn the_whole_render_has_a_budget() {
+        let files: Vec<SourceFile> = (0..10)
+            .map(|i| {
+                file(
+                    &format!("f{i}.yaml"),
+                    &CM.replace("name: a", &format!("name: a{i}")),
+                )
+            })
+            .collect();
+        let err =
+            super::render(&files, &mut Budget::new(ManifestLimits::default(), 300)).unwrap_err();
+        assert_eq!(err.reason(), "ManifestTooLarge");
+        assert!(
+            err.to_string()
+                .contains("add up to more than 300 bytes (limit SETPOINT_RENDER_MAX_OUTPUT)"),
+            "{err}"
+        );
+        assert_eq!(
+            super::render(&files, &mut Budget::new(ManifestLimits::default(), 1 << 20))
+                .unwrap()
+                .len(),
+            10
         );
     }
 }

@@ -32,6 +32,8 @@ pub struct Invocation<'a> {
     pub dir: &'a Path,
     /// The environment is cleared but for `PATH`; these are added.
     pub env: Vec<(String, OsString)>,
+    /// Written to its stdin (empty: no stdin).
+    pub stdin: Vec<u8>,
 }
 
 /// Runs it to the end; its stdout when it exits 0 within the limits.
@@ -44,7 +46,11 @@ pub async fn run(invocation: Invocation<'_>, limits: Limits) -> Result<Vec<u8>, 
         .env_clear()
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
         .envs(invocation.env.iter().map(|(k, v)| (k, v)))
-        .stdin(Stdio::null())
+        .stdin(if invocation.stdin.is_empty() {
+            Stdio::null()
+        } else {
+            Stdio::piped()
+        })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true)
@@ -55,6 +61,15 @@ pub async fn run(invocation: Invocation<'_>, limits: Limits) -> Result<Vec<u8>, 
         message: e.to_string(),
     })?;
     let pid = child.id();
+    if let Some(mut stdin) = child.stdin.take() {
+        let input = invocation.stdin;
+        // Written beside the reads: a child that answers as it reads would
+        // block on a full stdout pipe otherwise.
+        tokio::spawn(async move {
+            use tokio::io::AsyncWriteExt;
+            let _ = stdin.write_all(&input).await;
+        });
+    }
     let stdout = child.stdout.take().expect("piped stdout");
     let stderr = Arc::new(Mutex::new(Vec::new()));
     let mut stderr_reader = Some(tokio::spawn(keep_head(
@@ -184,6 +199,7 @@ mod tests {
             args: vec!["-c".into(), script.into()],
             dir: Path::new("/"),
             env: vec![("GREETING".into(), "hello".into())],
+            stdin: vec![],
         }
     }
 
@@ -248,6 +264,16 @@ mod tests {
         // At the limit exactly: accepted.
         let out = run(sh("head -c 1024 /dev/zero"), LIMITS).await.unwrap();
         assert_eq!(out.len(), 1024);
+    }
+
+    #[tokio::test]
+    async fn stdin_is_given_when_there_is_one() {
+        let invocation = Invocation {
+            stdin: b"abc".to_vec(),
+            ..sh("cat")
+        };
+        assert_eq!(run(invocation, LIMITS).await.unwrap(), b"abc");
+        assert_eq!(run(sh("cat"), LIMITS).await.unwrap(), b"");
     }
 
     #[tokio::test]

@@ -4,13 +4,19 @@
 //! cluster's version and API groups, and the chart's `crds/` come out first
 //! (applied first and waited for, like any CRD). Test hooks are left out;
 //! other hooks are rendered as plain objects. No repository or network is
-//! used: dependencies must be vendored under the chart's `charts/`.
+//! used: dependencies must be vendored under the chart's `charts/`, and
+//! `check` refuses, before helm runs, values files and `file://`
+//! dependencies that leave the repository, and values files that are
+//! symlinks. Helm gets no kubeconfig: nothing reaches a cluster.
 
 use std::ffi::OsString;
 use std::path::{Component, Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
+use serde::Deserialize;
+
+use super::confine::{Tree, parent};
 use super::exec::{self, Invocation};
 use super::{Job, RenderError, RenderSettings, directory, join};
 use crate::api::HelmSource;
@@ -145,25 +151,103 @@ pub async fn render(
         args.push("--values".into());
         args.push(path.into());
     }
-    let env: Vec<(String, OsString)> = vec![
-        ("HOME".into(), home.into()),
-        ("HELM_CACHE_HOME".into(), home.join("cache").into()),
-        ("HELM_CONFIG_HOME".into(), home.join("config").into()),
-        ("HELM_DATA_HOME".into(), home.join("data").into()),
-    ];
     let invocation = Invocation {
         tool: TOOL,
         program: &settings.helm,
         args,
         dir: &chart,
-        env,
+        env: environment(home),
+        stdin: vec![],
     };
     let output = exec::run(invocation, settings.limits).await?;
     let mut manifests = Vec::new();
+    let mut budget = settings.budget();
     for file in split_by_source(job.path, &output) {
-        manifests.extend(directory::objects(&file)?);
+        manifests.extend(directory::rendered_objects(&file, &mut budget)?);
     }
     Ok(manifests)
+}
+
+/// Helm's environment (the rest is cleared): every directory it may read or
+/// write is in the render's own `home`, and its kubeconfig is a file that
+/// does not exist, so neither `lookup` nor anything else reaches a cluster.
+fn environment(home: &Path) -> Vec<(String, OsString)> {
+    vec![
+        ("HOME".into(), home.into()),
+        ("HELM_CACHE_HOME".into(), home.join("cache").into()),
+        ("HELM_CONFIG_HOME".into(), home.join("config").into()),
+        ("HELM_DATA_HOME".into(), home.join("data").into()),
+        ("HELM_PLUGINS".into(), home.join("plugins").into()),
+        ("KUBECONFIG".into(), home.join("no-kubeconfig").into()),
+    ]
+}
+
+/// Checks, before helm runs, what the chart at `chart_path` would read
+/// beyond its own files: values files stay inside the repository and are
+/// regular files, and `file://` dependencies (of the chart and of its
+/// subcharts) stay inside the repository.
+pub fn check(tree: &Tree, chart_path: &str, helm: &HelmSource) -> Result<(), RenderError> {
+    for file in &helm.value_files {
+        values_path(chart_path, file)?;
+        let resolved = tree.resolve(chart_path, file).map_err(|escape| {
+            RenderError::InvalidSource(format!("values file {file} {}", escape.describe()))
+        })?;
+        if resolved.hops > 0 {
+            return Err(RenderError::InvalidSource(format!(
+                "values file {file} is a symlink: values files must be regular files of the repository"
+            )));
+        }
+    }
+    let prefix = if chart_path.is_empty() {
+        String::new()
+    } else {
+        format!("{chart_path}/")
+    };
+    for file in tree.files() {
+        let name = file.path.rsplit('/').next().unwrap_or_default();
+        if !file.path.starts_with(&prefix) || !matches!(name, "Chart.yaml" | "requirements.yaml") {
+            continue;
+        }
+        let dir = parent(&file.path);
+        for (dependency, repository) in file_dependencies(&file.contents) {
+            let relative = repository.trim_start_matches("file://");
+            if let Err(escape) = tree.resolve(dir, relative) {
+                return Err(RenderError::InvalidSource(format!(
+                    "{name} in {}: dependency {dependency} ({repository}) {}",
+                    if dir.is_empty() { "." } else { dir },
+                    escape.describe()
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The `(name, repository)` of each `file://` dependency a Chart.yaml (or a
+/// v1 chart's requirements.yaml) lists; one that does not parse is helm's to
+/// report.
+fn file_dependencies(contents: &[u8]) -> Vec<(String, String)> {
+    #[derive(Deserialize)]
+    struct Chart {
+        #[serde(default)]
+        dependencies: Vec<Dependency>,
+    }
+    #[derive(Deserialize)]
+    struct Dependency {
+        #[serde(default)]
+        name: String,
+        #[serde(default)]
+        repository: String,
+    }
+    let Ok(chart) = serde_yaml::from_slice::<Chart>(contents) else {
+        return vec![];
+    };
+    chart
+        .dependencies
+        .into_iter()
+        .filter(|d| d.repository.starts_with("file://"))
+        .map(|d| (d.name, d.repository))
+        .collect()
 }
 
 /// A values file named relative to the chart, as a path relative to the
@@ -249,6 +333,97 @@ fn short(commit: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::source::render::confine::Symlink;
+
+    fn file(path: &str, contents: &str) -> SourceFile {
+        SourceFile {
+            path: path.into(),
+            contents: contents.as_bytes().to_vec(),
+        }
+    }
+
+    fn values(files: &[&str]) -> HelmSource {
+        HelmSource {
+            value_files: files.iter().map(|f| f.to_string()).collect(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn values_files_that_are_symlinks_or_climb_out_are_refused() {
+        let files = [
+            file(
+                "charts/web/Chart.yaml",
+                "apiVersion: v2\nname: web\nversion: 0.1.0\n",
+            ),
+            file("env/prod.yaml", "replicas: 2\n"),
+        ];
+        let links = [Symlink {
+            path: "charts/web/prod.yaml".into(),
+            target: "../../env/prod.yaml".into(),
+        }];
+        let tree = Tree::new(&files, &links);
+        assert!(check(&tree, "charts/web", &values(&["../../env/prod.yaml"])).is_ok());
+        let err = check(&tree, "charts/web", &values(&["prod.yaml"])).unwrap_err();
+        assert_eq!(err.reason(), "InvalidSource");
+        assert_eq!(
+            err.to_string(),
+            "values file prod.yaml is a symlink: values files must be regular files of the repository"
+        );
+        let err = check(&tree, "charts/web", &values(&["../../../outside.yaml"])).unwrap_err();
+        assert!(err.to_string().contains("outside the repository"), "{err}");
+    }
+
+    #[test]
+    fn file_dependencies_outside_the_repository_are_refused() {
+        let chart = |repository: &str| {
+            format!(
+                "apiVersion: v2\nname: web\nversion: 0.1.0\ndependencies:\n- name: common\n  version: 1.0.0\n  repository: {repository}\n"
+            )
+        };
+        let check_with = |repository: &str, subchart: bool| {
+            let path = if subchart {
+                "charts/web/charts/db/Chart.yaml"
+            } else {
+                "charts/web/Chart.yaml"
+            };
+            let files = [
+                file(path, &chart(repository)),
+                file("charts/common/Chart.yaml", ""),
+            ];
+            check(
+                &Tree::new(&files, &[]),
+                "charts/web",
+                &HelmSource::default(),
+            )
+        };
+        assert!(check_with("file://../common", false).is_ok());
+        assert!(check_with("https://charts.example.com", false).is_ok());
+        let err = check_with("file://../../../common", false).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "Chart.yaml in charts/web: dependency common (file://../../../common) climbs out of the repository"
+        );
+        let err = check_with("file:///opt/charts/common", true).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "Chart.yaml in charts/web/charts/db: dependency common (file:///opt/charts/common) is an absolute path, outside the repository"
+        );
+    }
+
+    #[test]
+    fn helm_gets_no_cluster_and_only_its_own_directories() {
+        let home = Path::new("/scratch/render-1/home");
+        let env = environment(home);
+        for (name, value) in &env {
+            assert!(
+                Path::new(value).starts_with(home),
+                "{name}={value:?} is outside the render's home"
+            );
+        }
+        let kubeconfig = env.iter().find(|(n, _)| n == "KUBECONFIG").unwrap();
+        assert!(!Path::new(&kubeconfig.1).exists());
+    }
 
     #[test]
     fn kube_version_comes_from_the_server_or_its_major_and_minor() {

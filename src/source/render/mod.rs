@@ -6,6 +6,8 @@
 //! output is cached per (revision, path, render options): a sweep over
 //! unchanged Applications runs neither.
 
+pub mod budget;
+pub mod confine;
 pub mod directory;
 pub mod exec;
 pub mod helm;
@@ -23,6 +25,7 @@ use crate::api::{HelmSource, Source};
 use crate::manifest::{Manifest, ObjectId, Origin};
 use crate::source::git::SourceFile;
 
+pub use budget::ManifestLimits;
 pub use exec::Limits;
 pub use helm::Capabilities;
 
@@ -33,6 +36,14 @@ pub enum RenderError {
         file: String,
         document: usize,
         line: Option<usize>,
+        message: String,
+    },
+    /// A manifest file, or one of its documents once its aliases are
+    /// expanded, is over a limit (`budget`).
+    #[error("{file}: {}{message}", document.map(|d| format!("document {d}: ")).unwrap_or_default())]
+    ManifestTooLarge {
+        file: String,
+        document: Option<usize>,
         message: String,
     },
     #[error("{origin}: {message}")]
@@ -62,6 +73,8 @@ pub enum RenderError {
     },
     #[error("{tool} wrote more than {limit} bytes of manifests")]
     OutputTooLarge { tool: &'static str, limit: usize },
+    #[error("failed to read the symlinks of commit {commit}: {message}")]
+    ReadTree { commit: String, message: String },
     #[error("failed to write the repository's files for rendering: {0}")]
     Scratch(std::io::Error),
     #[error("failed to read the cluster's version and API groups for helm: {0}")]
@@ -83,12 +96,16 @@ impl RenderError {
     pub fn is_transient(&self) -> bool {
         matches!(
             self,
-            RenderError::TimedOut { .. } | RenderError::Scratch(_) | RenderError::Capabilities(_)
+            RenderError::TimedOut { .. }
+                | RenderError::Scratch(_)
+                | RenderError::Capabilities(_)
+                | RenderError::ReadTree { .. }
         )
     }
 
     pub fn reason(&self) -> &'static str {
         match self {
+            RenderError::ManifestTooLarge { .. } => "ManifestTooLarge",
             e if e.is_manifest() => "InvalidManifest",
             RenderError::InvalidSource(_) => "InvalidSource",
             RenderError::Capabilities(_) => "DiscoveryFailed",
@@ -222,12 +239,19 @@ impl Job<'_> {
 /// Where the renderers are and how far they may go. From the environment:
 /// `SETPOINT_KUBECTL` (default `kubectl`, for `kubectl kustomize`),
 /// `SETPOINT_HELM` (default `helm`), `SETPOINT_RENDER_TIMEOUT` (default 60s),
-/// `SETPOINT_RENDER_MAX_OUTPUT` (bytes, default 32 MiB).
+/// `SETPOINT_RENDER_MAX_OUTPUT` (bytes, default 32 MiB: a renderer's output,
+/// and what a render's documents may expand to), and the limits of one
+/// manifest: `SETPOINT_MAX_MANIFEST_BYTES` (a file, default 8 MiB),
+/// `SETPOINT_MAX_MANIFEST_ALIASES` (per document, default 10,000),
+/// `SETPOINT_MAX_MANIFEST_NODES` (per document once expanded, default
+/// 1,000,000), `SETPOINT_MAX_MANIFEST_EXPANDED_BYTES` (per document once
+/// expanded, default 10 MiB).
 #[derive(Clone, Debug)]
 pub struct RenderSettings {
     pub kubectl: PathBuf,
     pub helm: PathBuf,
     pub limits: Limits,
+    pub manifest: ManifestLimits,
     /// Rendered outputs kept in memory.
     pub cache_entries: usize,
 }
@@ -241,6 +265,7 @@ impl Default for RenderSettings {
                 timeout: Duration::from_secs(60),
                 max_output: 32 * 1024 * 1024,
             },
+            manifest: ManifestLimits::default(),
             cache_entries: 1024,
         }
     }
@@ -267,7 +292,28 @@ impl RenderSettings {
         {
             settings.limits.max_output = max;
         }
+        let number = |name: &str| -> Option<u64> {
+            std::env::var(name).ok().and_then(|v| v.trim().parse().ok())
+        };
+        let manifest = &mut settings.manifest;
+        if let Some(max) = number("SETPOINT_MAX_MANIFEST_BYTES") {
+            manifest.max_file_bytes = usize::try_from(max).unwrap_or(usize::MAX);
+        }
+        if let Some(max) = number("SETPOINT_MAX_MANIFEST_ALIASES") {
+            manifest.max_aliases = max;
+        }
+        if let Some(max) = number("SETPOINT_MAX_MANIFEST_NODES") {
+            manifest.max_nodes = max;
+        }
+        if let Some(max) = number("SETPOINT_MAX_MANIFEST_EXPANDED_BYTES") {
+            manifest.max_expanded_bytes = max;
+        }
         settings
+    }
+
+    /// What parsing one render's manifests may cost.
+    pub fn budget(&self) -> directory::Budget {
+        directory::Budget::new(self.manifest, self.limits.max_output)
     }
 }
 
@@ -342,13 +388,23 @@ impl Renderers {
         key: String,
         tree: &[SourceFile],
     ) -> Result<Arc<Vec<Manifest>>, RenderError> {
+        // Nothing outside the repository may be read: the tree is checked
+        // before anything is written or run.
+        let links = confine::read_symlinks(job.mirror, job.commit, self.settings.limits).await?;
+        let checked = confine::Tree::new(tree, &links);
+        checked.check_symlinks()?;
+        match job.method {
+            Method::Directory => {}
+            Method::Kustomize => kustomize::check(&checked, job.path, &self.settings.manifest)?,
+            Method::Helm(helm) => helm::check(&checked, job.path, helm)?,
+        }
         std::fs::create_dir_all(&self.scratch).map_err(RenderError::Scratch)?;
         let dir = tempfile::Builder::new()
             .prefix("render-")
             .tempdir_in(&self.scratch)
             .map_err(RenderError::Scratch)?;
         let root = dir.path().join("repo");
-        write_tree(&root, tree).map_err(RenderError::Scratch)?;
+        write_tree(&root, tree, &checked.inside_links()).map_err(RenderError::Scratch)?;
         let home = dir.path().join("home");
         std::fs::create_dir_all(&home).map_err(RenderError::Scratch)?;
         self.runs.fetch_add(1, Ordering::Relaxed);
@@ -424,23 +480,33 @@ impl Renderers {
     }
 }
 
-/// Writes every file under `root`, refusing paths that would leave it.
-fn write_tree(root: &Path, tree: &[SourceFile]) -> std::io::Result<()> {
+/// Writes every file under `root`, and the symlinks `links` (ones whose
+/// targets resolve inside the repository), skipping paths that would leave
+/// it. A symlink pointing outside is never written: a renderer finds no
+/// file there.
+fn write_tree(root: &Path, tree: &[SourceFile], links: &[(&str, &str)]) -> std::io::Result<()> {
     std::fs::create_dir_all(root)?;
-    for file in tree {
-        let relative = Path::new(&file.path);
-        if relative.is_absolute()
-            || relative
+    let inside = |path: &str| {
+        let relative = Path::new(path);
+        !relative.is_absolute()
+            && relative
                 .components()
-                .any(|c| !matches!(c, std::path::Component::Normal(_)))
-        {
-            continue;
-        }
-        let target = root.join(relative);
+                .all(|c| matches!(c, std::path::Component::Normal(_)))
+    };
+    let place = |path: &str| -> std::io::Result<PathBuf> {
+        let target = root.join(path);
         if let Some(parent) = target.parent() {
             std::fs::create_dir_all(parent)?;
         }
-        std::fs::write(target, &file.contents)?;
+        Ok(target)
+    };
+    for file in tree.iter().filter(|f| inside(&f.path)) {
+        std::fs::write(place(&file.path)?, &file.contents)?;
+    }
+    for (path, target) in links {
+        if inside(path) && !target.starts_with('/') {
+            std::os::unix::fs::symlink(target, place(path)?)?;
+        }
     }
     Ok(())
 }
@@ -627,12 +693,29 @@ mod tests {
                 contents: b"x".to_vec(),
             },
         ];
-        write_tree(&root, &tree).unwrap();
+        let links = [
+            confine::Symlink {
+                path: "base/all.yaml".into(),
+                target: "kustomization.yaml".into(),
+            },
+            confine::Symlink {
+                path: "base/secret".into(),
+                target: "../../../etc/passwd".into(),
+            },
+        ];
+        let checked = confine::Tree::new(&tree, &links);
+        write_tree(&root, &tree, &checked.inside_links()).unwrap();
         assert_eq!(
             std::fs::read(root.join("base/kustomization.yaml")).unwrap(),
             b"resources: []\n"
         );
         assert!(!dir.path().join("outside").exists());
+        // The symlink inside is one; the one pointing outside is not there.
+        assert_eq!(
+            std::fs::read(root.join("base/all.yaml")).unwrap(),
+            b"resources: []\n"
+        );
+        assert!(std::fs::symlink_metadata(root.join("base/secret")).is_err());
     }
 
     #[test]

@@ -811,6 +811,8 @@ async fn run_measured(args: &[&str], cache: &std::path::Path) -> (i32, String, u
         .env("KUBECONFIG", support::kubeconfig_path())
         .env("SETPOINT_CACHE_DIR", cache)
         .env("SETPOINT_LOG", "info")
+        .env("SETPOINT_ALLOW_LOCAL_REPOS", "true")
+        .env("SETPOINT_ADMIN_NAMESPACES", "*")
         .stdout(out.try_clone().unwrap())
         .stderr(out)
         .stdin(std::process::Stdio::null())

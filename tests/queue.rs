@@ -34,6 +34,9 @@ fn settings(test: &str, shards: u16) -> AmqpSettings {
         },
         confirm_timeout: Duration::from_secs(10),
         balance_interval: Duration::from_millis(300),
+        // Handoffs and closed channels give deliveries back, and those
+        // count too; the limit has its own test.
+        max_deliveries: 10,
     }
 }
 
@@ -628,6 +631,88 @@ async fn reconnects_after_the_broker_closes_the_connection() {
     let delivery = next(&mut deliveries).await;
     assert_eq!(delivery.event.app.name, "after");
     delivery.ack().await.unwrap();
+    queue.delete_topology().await.unwrap();
+}
+
+/// Closes `queue`'s connection from the broker's side while `held` is
+/// unacknowledged, as the death of its worker would, and waits until the
+/// queue is connected again.
+async fn die_holding(queue: &AmqpQueue, held: Delivery) {
+    let attempts = queue.connection_attempts();
+    close_from_broker(queue).await;
+    eventually("a new connection is up", || async {
+        queue.connection_attempts() > attempts && queue.is_ready()
+    })
+    .await;
+    drop(held);
+}
+
+#[tokio::test]
+async fn an_event_never_acknowledged_is_parked_at_the_delivery_limit() {
+    let settings = AmqpSettings {
+        max_deliveries: 3,
+        ..settings("delivery-limit", 4)
+    };
+    let _cleanup = Cleanup(settings.clone());
+    let queue = connected(settings).await;
+    let mut deliveries = queue.consume(10).await.unwrap();
+    let poison = event("poison");
+    queue.publish(&poison).await.unwrap();
+    for _ in 0..3 {
+        let held = next(&mut deliveries).await;
+        assert_eq!(held.event.id, poison.id);
+        die_holding(&queue, held).await;
+    }
+    // The fourth delivery is not handed out: parked, with the reason.
+    eventually("the event is parked", || async {
+        queue.depth().await.unwrap()
+            == QueueDepth {
+                ready: 0,
+                parked: 1,
+            }
+    })
+    .await;
+    let parked = queue.parked().await.unwrap();
+    assert_eq!(parked.len(), 1);
+    assert_eq!(parked[0].0.id, poison.id);
+    assert_eq!(
+        parked[0].1,
+        "delivered 3 times without being acknowledged: the worker crashed or was killed while \
+         reconciling it"
+    );
+
+    // A count ends with its delivery's ack: twice unacknowledged, then
+    // retried (the original acked), then twice again, it is not parked.
+    let flaky = event("flaky");
+    queue.publish(&flaky).await.unwrap();
+    for _ in 0..2 {
+        let held = next(&mut deliveries).await;
+        assert_eq!(held.event.id, flaky.id);
+        die_holding(&queue, held).await;
+    }
+    let counted = next(&mut deliveries).await;
+    assert_eq!(
+        (counted.event.id.as_str(), counted.event.attempt),
+        (flaky.id.as_str(), 0)
+    );
+    counted.retry("boom").await.unwrap();
+    for _ in 0..2 {
+        let held = next(&mut deliveries).await;
+        assert_eq!(
+            (held.event.id.as_str(), held.event.attempt),
+            (flaky.id.as_str(), 1)
+        );
+        die_holding(&queue, held).await;
+    }
+    next(&mut deliveries).await.ack().await.unwrap();
+    assert!(nothing_within(&mut deliveries, Duration::from_millis(300)).await);
+    assert_eq!(
+        queue.depth().await.unwrap(),
+        QueueDepth {
+            ready: 0,
+            parked: 1
+        }
+    );
     queue.delete_topology().await.unwrap();
 }
 

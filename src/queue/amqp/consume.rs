@@ -17,6 +17,7 @@ use tokio::sync::{mpsc, watch};
 use super::acker::{AmqpAcker, give_back_later};
 use super::balance::{Balance, Pending, Unsettled, is_probe};
 use super::connection::{Link, RECONNECT_MAX, STABLE, reconnect_backoff};
+use super::redelivery::{self, Admission};
 use super::topology::{ShardCounts, count_shards};
 use super::{Shared, short, unavailable};
 use crate::event::Event;
@@ -364,7 +365,9 @@ pub(super) async fn requeue_all(deliveries: Vec<AmqpDelivery>) {
 }
 
 /// A message that is not an event will never become one: it is parked with
-/// the decode error instead of going round forever.
+/// the decode error instead of going round forever. An event that came back
+/// unacknowledged is counted, or parked at the limit, before the worker
+/// sees it (see `redelivery`).
 async fn decode(
     shared: &Arc<Shared>,
     channel: &Channel,
@@ -373,6 +376,15 @@ async fn decode(
 ) -> Option<Delivery> {
     match Event::from_bytes(&delivery.data) {
         Ok(event) => {
+            let admission = redelivery::admit(
+                delivery.redelivered,
+                redelivery::deliveries(delivery.properties.headers().as_ref()),
+                shared.settings.max_deliveries,
+            );
+            if admission != Admission::Deliver {
+                redelivery::count_or_park(shared, channel, delivery, &event, admission).await;
+                return None;
+            }
             let acker = AmqpAcker {
                 shared: shared.clone(),
                 event: event.clone(),

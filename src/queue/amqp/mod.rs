@@ -12,6 +12,7 @@
 //! retry n ──► <prefix>.retry.<n> (fanout) ──► <prefix>.retry.<n>
 //!               (x-message-ttl = delay(n), dead letters ──► <prefix>.events)
 //! park    ──► (default exchange) ──► <prefix>.parked
+//! count   ──► <prefix>.events (a redelivered event, its count in a header)
 //! ```
 //!
 //! Hashing the Application's key puts all its events on one shard, and a
@@ -37,17 +38,25 @@
 //! broker activates the next consumer only after that, so an Application is
 //! still reconciled by one process at a time.
 //!
+//! A delivery whose worker died before acknowledging it comes back to its
+//! shard; one that kills every worker it reaches would loop for ever. Each
+//! event therefore carries how many of its deliveries went unacknowledged,
+//! and at `max_deliveries` it is parked instead of reconciled again
+//! (`redelivery`).
+//!
 //! One file per part: `connection` keeps one connection up, `topology` names
 //! and declares the exchanges and queues, `publish` sends with confirms
 //! (events, retries, the parking queue), `consume` feeds the worker from
-//! every shard, `balance` spreads the shards over the consumers, and `acker`
-//! settles a delivery. The tests against the broker are in `tests/queue.rs`.
+//! every shard, `redelivery` counts the deliveries that were never
+//! acknowledged, `balance` spreads the shards over the consumers, and
+//! `acker` settles a delivery. The tests against the broker are in `tests/queue.rs`.
 
 mod acker;
 mod balance;
 mod connection;
 mod consume;
 mod publish;
+mod redelivery;
 mod topology;
 
 use std::sync::Arc;
@@ -73,6 +82,10 @@ use topology::message_count;
 
 /// The header of a parked message that holds its last error.
 pub const ERROR_HEADER: &str = "x-setpoint-error";
+
+/// The header of an event that came back unacknowledged: how many of its
+/// deliveries were never acknowledged (see `redelivery`).
+pub const DELIVERIES_HEADER: &str = "x-setpoint-deliveries";
 
 /// The header of a probe (see `Balance`): the consumer that sent it.
 pub const PROBE_HEADER: &str = "x-setpoint-probe";
@@ -103,6 +116,10 @@ pub struct AmqpSettings {
     /// the active consumer of, counts the consumers, and hands one shard to
     /// the next consumer when it holds more than its share.
     pub balance_interval: Duration,
+    /// Deliveries without an acknowledgement (the worker crashed, was
+    /// killed, lost its connection, or gave it back while stopping) after
+    /// which an event is parked instead of being reconciled again.
+    pub max_deliveries: u32,
 }
 
 impl Default for AmqpSettings {
@@ -114,6 +131,7 @@ impl Default for AmqpSettings {
             retry: RetryPolicy::default(),
             confirm_timeout: Duration::from_secs(10),
             balance_interval: Duration::from_secs(5),
+            max_deliveries: 5,
         }
     }
 }
@@ -128,6 +146,7 @@ impl std::fmt::Debug for AmqpSettings {
             .field("retry", &self.retry)
             .field("confirm_timeout", &self.confirm_timeout)
             .field("balance_interval", &self.balance_interval)
+            .field("max_deliveries", &self.max_deliveries)
             .finish()
     }
 }

@@ -10,10 +10,10 @@ use std::time::{Duration, Instant};
 
 use lapin::message::Delivery as AmqpDelivery;
 use lapin::options::{BasicGetOptions, BasicPublishOptions, QueueDeclareOptions};
-use lapin::types::{AMQPValue, FieldTable};
+use lapin::types::FieldTable;
 use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
 use setpoint::event::{AppKey, Cause, Event, new_id};
-use setpoint::queue::amqp::{AmqpQueue, AmqpSettings, ERROR_HEADER, ERROR_HEADER_MAX_CHARS, Names};
+use setpoint::queue::amqp::{AmqpQueue, AmqpSettings, ERROR_HEADER_MAX_CHARS, Names, error_header};
 use setpoint::queue::{Delivery, Queue, QueueDepth, QueueError, RetryPolicy};
 use tokio::sync::mpsc;
 
@@ -119,18 +119,6 @@ async fn drain(channel: &Channel, queue: &str) -> Vec<AmqpDelivery> {
         messages.push(message.delivery);
     }
     messages
-}
-
-/// The reason a parked message carries.
-fn error_header(properties: &BasicProperties) -> String {
-    let value = properties
-        .headers()
-        .as_ref()
-        .and_then(|h| h.inner().get(ERROR_HEADER));
-    match value {
-        Some(AMQPValue::LongString(text)) => text.to_string(),
-        other => format!("{other:?}"),
-    }
 }
 
 async fn rabbitmqctl(args: &[&str]) -> String {

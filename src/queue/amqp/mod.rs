@@ -75,8 +75,8 @@ use super::{Delivery, Queue, QueueError, RetryPolicy};
 use crate::event::Event;
 use balance::is_probe;
 use connection::{LIVENESS_CHECK, Link, supervise};
-pub use publish::ERROR_HEADER_MAX_CHARS;
-use publish::{error_header, message_properties, routing_key};
+pub use publish::{ERROR_HEADER_MAX_CHARS, error_header};
+use publish::{message_properties, routing_key};
 pub use topology::Names;
 use topology::message_count;
 

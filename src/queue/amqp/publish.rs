@@ -156,7 +156,8 @@ fn truncate(error: &str) -> String {
     }
 }
 
-pub(super) fn error_header(properties: &BasicProperties) -> String {
+/// The reason a parked message carries (`ERROR_HEADER`); empty without one.
+pub fn error_header(properties: &BasicProperties) -> String {
     let value = properties
         .headers()
         .as_ref()

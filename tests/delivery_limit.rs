@@ -241,8 +241,8 @@ async fn an_event_that_kills_its_workers_is_parked_while_others_sync() {
 
     // A count ends with its event: one killed twice, then reconciled, is
     // acknowledged, and the next event of the same Application starts
-    // from zero (with counts kept per Application it would be parked at
-    // its second kill).
+    // from zero, so it too survives two kills (a count that outlived its
+    // event would park it at its first).
     let mut fetches = MAX_DELIVERIES;
     let mut worker = survivor;
     for round in 1..=2 {

@@ -123,6 +123,12 @@ pub const SETTINGS: &[Setting] = &[
         "8",
     ),
     setting(
+        "queue.maxDeliveries",
+        "SETPOINT_MAX_DELIVERIES",
+        Kind::Count { min: 1, max: 1000 },
+        "5",
+    ),
+    setting(
         "queue.retryInitial",
         "SETPOINT_RETRY_INITIAL",
         Kind::Duration,

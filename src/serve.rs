@@ -127,6 +127,11 @@ pub struct ServeOptions {
     /// Attempts before a failing event is parked.
     #[arg(long, env = "SETPOINT_MAX_ATTEMPTS", default_value_t = 8)]
     pub max_attempts: u32,
+    /// RabbitMQ only: deliveries never acknowledged (the worker crashed or
+    /// was killed while reconciling) before an event is parked, so that an
+    /// event that kills its worker does not go round for ever.
+    #[arg(long, env = "SETPOINT_MAX_DELIVERIES", default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_deliveries: u32,
     /// Delay before the first retry (doubling after).
     #[arg(long, env = "SETPOINT_RETRY_INITIAL", default_value = "1s", value_parser = parse_duration)]
     pub retry_initial: Duration,
@@ -261,6 +266,7 @@ pub async fn serve(
                 shards: options.shards,
                 retry,
                 balance_interval: options.balance_interval,
+                max_deliveries: options.max_deliveries,
                 ..AmqpSettings::default()
             })
             .await;

@@ -1,6 +1,10 @@
 //! The embedded queue of `setpoint run`: the same contract as RabbitMQ's
 //! within one process (events are lost with the process, which is why more
 //! than one process needs RabbitMQ).
+//!
+//! It needs no delivery limit (RabbitMQ's `max_deliveries`): it lives in the
+//! one process that runs the workers, so an event that crashes a worker (an
+//! abort, a kill) takes the queue down with it and cannot crash another.
 
 use std::sync::{Arc, Mutex};
 

@@ -10,6 +10,9 @@
 //!   is dropped unacknowledged (a crash) is delivered again;
 //! - `retry` redelivers after an exponential backoff and, after
 //!   `max_attempts`, parks the event with its last error;
+//! - an event whose deliveries keep going unacknowledged (its worker dies
+//!   while reconciling it) is parked after `max_deliveries` (RabbitMQ; in
+//!   process, a crash takes the queue with it, so nothing can loop);
 //! - every event of one Application goes to one consumer at a time (the
 //!   worker adds a per-Application lock within the process).
 

@@ -1,0 +1,226 @@
+//! One connection to RabbitMQ, kept up in the background: connect with
+//! backoff, declare the topology, publish the live link for the publishers
+//! and the consumers, start over when it is lost.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use backoff::ExponentialBackoff;
+use backoff::backoff::Backoff;
+use futures::stream::StreamExt;
+use lapin::options::ConfirmSelectOptions;
+use lapin::{Channel, Connection, ConnectionProperties};
+use tokio::sync::{Mutex, watch};
+
+use super::topology::declare_topology;
+use super::{Shared, unavailable};
+use crate::queue::QueueError;
+
+/// How long one connection attempt (TCP, AMQP handshake, topology) may take
+/// before it counts as failed: a host that drops packets would otherwise hang
+/// the attempt for the kernel's SYN timeout.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// Reconnect backoff: quick after a blip (a broker restart, a closed
+/// connection), at most one attempt every `RECONNECT_MAX` while it stays down.
+const RECONNECT_INITIAL: Duration = Duration::from_millis(100);
+pub(super) const RECONNECT_MAX: Duration = Duration::from_secs(10);
+
+/// A connection or a subscription that lived this long was a success: the
+/// next failure starts the backoff over. One that dies at once (a broker
+/// that accepts and closes) keeps backing off instead of spinning.
+pub(super) const STABLE: Duration = Duration::from_secs(1);
+
+/// How often the supervisor looks at the connection's state, in case lapin
+/// lost it without an error event.
+pub(super) const LIVENESS_CHECK: Duration = Duration::from_millis(250);
+
+/// One live connection.
+#[derive(Clone)]
+pub(super) struct Link {
+    pub(super) connection: Arc<Connection>,
+    /// Publishing channel, in confirm mode; reopened when a channel-level
+    /// error (a missing exchange, say) closed it while the connection lived.
+    pub(super) publisher: Arc<Mutex<Option<Channel>>>,
+}
+
+impl Link {
+    pub(super) fn connected(&self) -> bool {
+        self.connection.status().connected()
+    }
+
+    /// Connected, and not blocked by a broker alarm (memory, disk): a
+    /// publish would wait for its confirm timeout.
+    pub(super) fn usable(&self) -> bool {
+        self.connected() && !self.connection.status().blocked()
+    }
+
+    pub(super) async fn publisher(&self) -> Result<Channel, lapin::Error> {
+        let mut slot = self.publisher.lock().await;
+        if let Some(channel) = slot.as_ref()
+            && channel.status().connected()
+        {
+            return Ok(channel.clone());
+        }
+        let channel = self.connection.create_channel().await?;
+        channel
+            .confirm_select(ConfirmSelectOptions::default())
+            .await?;
+        *slot = Some(channel.clone());
+        Ok(channel)
+    }
+
+    /// Resolves when the connection is gone (true) or when we are told to
+    /// stop (false).
+    async fn until_lost(&self, stop: &mut watch::Receiver<()>) -> bool {
+        let mut events = Box::pin(self.connection.events_listener());
+        let mut check = tokio::time::interval(LIVENESS_CHECK);
+        loop {
+            tokio::select! {
+                _ = stop.changed() => return false,
+                event = events.next() => match event {
+                    Some(lapin::Event::Error(error)) => {
+                        tracing::warn!(%error, "lost the connection to RabbitMQ");
+                        return true;
+                    }
+                    Some(_) => {}
+                    None => return true,
+                },
+                _ = check.tick() => {
+                    if !self.connection.status().connected() {
+                        tracing::warn!("lost the connection to RabbitMQ");
+                        return true;
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Shared {
+    pub(super) fn current(&self) -> Result<Link, QueueError> {
+        self.link
+            .borrow()
+            .clone()
+            .filter(Link::connected)
+            .ok_or_else(|| QueueError::Unavailable("not connected to RabbitMQ".into()))
+    }
+
+    /// Runs `work` on a channel of its own (a passive declare of a missing
+    /// queue closes its channel), bounded by the confirm timeout.
+    pub(super) async fn with_channel<T>(
+        &self,
+        what: &str,
+        work: impl AsyncFnOnce(&Channel) -> Result<T, QueueError>,
+    ) -> Result<T, QueueError> {
+        let link = self.current()?;
+        let timeout = self.settings.confirm_timeout;
+        let bounded = async {
+            let channel = link
+                .connection
+                .create_channel()
+                .await
+                .map_err(|e| unavailable("failed to open a channel", e))?;
+            let result = work(&channel).await;
+            if channel.status().connected() {
+                let _ = channel.close(200, "done".into()).await;
+            }
+            result
+        };
+        tokio::time::timeout(timeout, bounded)
+            .await
+            .unwrap_or_else(|_| {
+                Err(QueueError::Unavailable(format!(
+                    "failed to {what} within {timeout:?}"
+                )))
+            })
+    }
+
+    /// One connection attempt: connect, declare the topology, open the
+    /// publishing channel.
+    async fn establish(&self) -> Result<Link, QueueError> {
+        let properties = ConnectionProperties::default()
+            .with_connection_name(self.connection_name.clone().into());
+        let connection = Connection::connect(&self.settings.url, properties)
+            .await
+            .map_err(|e| unavailable("failed to connect to RabbitMQ", e))?;
+        let link = Link {
+            connection: Arc::new(connection),
+            publisher: Arc::default(),
+        };
+        let ready = async {
+            let channel = link
+                .connection
+                .create_channel()
+                .await
+                .map_err(|e| unavailable("failed to open a channel", e))?;
+            declare_topology(&channel, &self.names, &self.settings.retry).await?;
+            let _ = channel.close(200, "declared".into()).await;
+            link.publisher()
+                .await
+                .map_err(|e| unavailable("failed to open a publishing channel", e))
+        };
+        match ready.await {
+            Ok(_) => Ok(link),
+            Err(error) => {
+                let _ = link.connection.close(200, "topology failed".into()).await;
+                Err(error)
+            }
+        }
+    }
+}
+
+/// Keeps one connection up: connects with backoff, publishes the live link
+/// for everyone else, and starts over when it is lost, until the last
+/// `AmqpQueue` is dropped.
+pub(super) async fn supervise(shared: Arc<Shared>, mut stop: watch::Receiver<()>) {
+    let mut backoff = reconnect_backoff();
+    loop {
+        let attempt = shared.connection_attempts.fetch_add(1, Ordering::Relaxed) + 1;
+        let established = tokio::select! {
+            _ = stop.changed() => return,
+            result = tokio::time::timeout(CONNECT_TIMEOUT, shared.establish()) => {
+                result.unwrap_or_else(|_| {
+                    Err(QueueError::Unavailable(format!("no connection within {CONNECT_TIMEOUT:?}")))
+                })
+            }
+        };
+        match established {
+            Ok(link) => {
+                tracing::info!(attempt, name = %shared.connection_name, "connected to RabbitMQ");
+                let since = tokio::time::Instant::now();
+                shared.link.send_replace(Some(link.clone()));
+                let lost = link.until_lost(&mut stop).await;
+                if since.elapsed() >= STABLE {
+                    backoff.reset();
+                }
+                shared.link.send_replace(None);
+                if !lost {
+                    let _ = link.connection.close(200, "shutting down".into()).await;
+                    return;
+                }
+            }
+            Err(error) => {
+                tracing::warn!(%error, attempt, "failed to connect to RabbitMQ, will retry")
+            }
+        }
+        let delay = backoff.next_backoff().unwrap_or(RECONNECT_MAX);
+        tokio::select! {
+            _ = stop.changed() => return,
+            _ = tokio::time::sleep(delay) => {}
+        }
+    }
+}
+
+pub(super) fn reconnect_backoff() -> ExponentialBackoff {
+    ExponentialBackoff {
+        initial_interval: RECONNECT_INITIAL,
+        current_interval: RECONNECT_INITIAL,
+        randomization_factor: 0.25,
+        multiplier: 2.0,
+        max_interval: RECONNECT_MAX,
+        max_elapsed_time: None,
+        ..Default::default()
+    }
+}

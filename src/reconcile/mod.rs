@@ -99,6 +99,7 @@ impl ReconcileError {
             ReconcileError::Live(_) => "ReadLiveFailed",
             ReconcileError::Apply(ApplyError::Rejected { .. }) => "ApplyRejected",
             ReconcileError::Apply(ApplyError::Prune { .. }) => "PruneFailed",
+            ReconcileError::Apply(ApplyError::CrdTerminating { .. }) => "CrdTerminating",
             ReconcileError::Apply(_) => "ApplyFailed",
             ReconcileError::Credentials { .. } => "CredentialsInvalid",
             ReconcileError::WriteStatus { .. } => "StatusWriteFailed",
@@ -284,6 +285,9 @@ async fn sync(
     let manifests = render(ctx, app, credentials.as_ref(), &checkout).await?;
     let mut desired = prepare::prepare(&ctx.client, &ctx.kinds, app, manifests).await?;
     let (live, skipped_kinds) = live::read(&ctx.client, &ctx.kinds, app, &desired).await?;
+    if let Some(error) = apply::terminating_crd(&desired, &live.objects) {
+        return Err(error.into());
+    }
     let desired_manifests: Vec<_> = desired.iter().map(|d| d.manifest.clone()).collect();
     let plan = plan::plan(&desired_manifests, &live);
     if request.dry_run {

@@ -1266,6 +1266,25 @@ pub fn normalize_url(url: &str) -> String {
     Location::parse(url).key()
 }
 
+/// The URL as a person reads it: when its user info holds a secret (what
+/// `Remote::new` scrubs: a password, or any user info over http(s), a
+/// token) without it, as every error of this module shows it; otherwise as
+/// written (`git@host:org/repo` keeps its user).
+pub fn display_url(url: &str) -> String {
+    let location = Location::parse(url);
+    let secret = match &location {
+        Location::Remote(remote) => remote.userinfo.is_some_and(|userinfo| {
+            userinfo.contains(':') || matches!(remote.scheme.as_deref(), Some("http" | "https"))
+        }),
+        Location::Local(_) => false,
+    };
+    if secret {
+        location.display()
+    } else {
+        url.trim().to_owned()
+    }
+}
+
 /// `./apps/a/`, `/apps/a` and `apps//a` all mean `apps/a`; `None`, `""`,
 /// `"."` and `"/"` mean the root, `""`.
 pub fn normalize_path(path: Option<&str>) -> String {

@@ -111,6 +111,23 @@ pub fn free_form_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     })
 }
 
+/// Kubernetes knows the integer formats `int32` and `int64`, not schemars'
+/// `uint8` … `uint64` (the API server answers `Warning: unrecognized format
+/// "uint32"`): an unsigned number becomes an `int32` or `int64` wide enough
+/// for it, its `minimum: 0` kept.
+pub fn kubernetes_formats(schema: &mut schemars::Schema) {
+    use schemars::transform::{RecursiveTransform, Transform};
+    RecursiveTransform(|schema: &mut schemars::Schema| {
+        let known = match schema.get("format").and_then(|f| f.as_str()) {
+            Some("uint8" | "uint16") => "int32",
+            Some("uint32" | "uint64" | "uint") => "int64",
+            _ => return,
+        };
+        schema.insert("format".into(), known.into());
+    })
+    .transform(schema);
+}
+
 /// Where the objects go.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -229,6 +246,7 @@ pub struct ResourceStatus {
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(transform = kubernetes_formats)]
 pub struct OperationSummary {
     pub revision: String,
     pub applied: u32,

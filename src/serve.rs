@@ -20,6 +20,7 @@ use crate::queue::amqp::{AmqpQueue, AmqpSettings};
 use crate::queue::memory::MemoryQueue;
 use crate::queue::{Metered, Queue, RetryPolicy};
 use crate::report::github::{self, CommitStatuses, GitHubSettings, HookRef, Redelivery};
+use crate::secret::Secret;
 use crate::worker::{self, WorkerSettings};
 
 /// Which parts of Setpoint this process runs.
@@ -35,7 +36,7 @@ pub struct Roles {
 pub struct ServeOptions {
     /// RabbitMQ; without it `run` uses the in-process queue.
     #[arg(long, env = "SETPOINT_AMQP_URL", hide_env_values = true)]
-    pub amqp_url: Option<String>,
+    pub amqp_url: Option<Secret>,
     /// A file holding the RabbitMQ URL (it carries a password).
     #[arg(long, env = "SETPOINT_AMQP_URL_FILE", conflicts_with = "amqp_url")]
     pub amqp_url_file: Option<PathBuf>,
@@ -65,7 +66,7 @@ pub struct ServeOptions {
         hide_env_values = true,
         value_delimiter = ','
     )]
-    pub github_secret: Vec<String>,
+    pub github_secret: Vec<Secret>,
     /// A file holding a GitHub webhook secret (repeatable, or comma-separated).
     #[arg(long, env = "SETPOINT_GITHUB_SECRET_FILES", value_delimiter = ',')]
     pub github_secret_file: Vec<PathBuf>,
@@ -76,7 +77,7 @@ pub struct ServeOptions {
         hide_env_values = true,
         value_delimiter = ','
     )]
-    pub gitlab_token: Vec<String>,
+    pub gitlab_token: Vec<Secret>,
     /// A file holding a GitLab webhook token (repeatable, or comma-separated).
     #[arg(long, env = "SETPOINT_GITLAB_TOKEN_FILES", value_delimiter = ',')]
     pub gitlab_token_file: Vec<PathBuf>,
@@ -122,7 +123,7 @@ pub struct ServeOptions {
     /// A GitHub token (commit statuses: write; for redelivery, the hooks'
     /// admin). Without one, nothing is posted to GitHub.
     #[arg(long, env = "SETPOINT_GITHUB_TOKEN", hide_env_values = true)]
-    pub github_token: Option<String>,
+    pub github_token: Option<Secret>,
     /// A file holding that token.
     #[arg(
         long,
@@ -162,10 +163,10 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     })
 }
 
-fn secrets(values: &[String], files: &[PathBuf]) -> anyhow::Result<Vec<String>> {
+fn secrets(values: &[Secret], files: &[PathBuf]) -> anyhow::Result<Vec<String>> {
     let mut all: Vec<String> = values
         .iter()
-        .map(|s| s.trim().to_string())
+        .map(|s| s.expose().trim().to_string())
         .filter(|s| !s.is_empty())
         .collect();
     for file in files {
@@ -220,7 +221,7 @@ pub async fn serve(options: ServeOptions, roles: Roles, cache_dir: PathBuf) -> a
     };
     let mut amqp = None;
     let amqp_url = match (&options.amqp_url, &options.amqp_url_file) {
-        (Some(url), _) => Some(url.clone()),
+        (Some(url), _) => Some(url.expose().to_string()),
         (None, Some(file)) => Some(
             std::fs::read_to_string(file)
                 .map_err(|e| {

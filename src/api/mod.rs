@@ -40,7 +40,7 @@ pub struct ApplicationSpec {
 }
 
 /// Where the manifests are.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Source {
     /// A local path, `file://`, `http(s)://`, `ssh://` or `git@host:org/repo`.
@@ -68,6 +68,22 @@ pub struct Source {
     /// `Chart.yaml`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub helm: Option<HelmSource>,
+}
+
+/// An Application printed with `{:?}` may reach a log: its repository URL
+/// is shown without user info (a password, a token).
+impl std::fmt::Debug for Source {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Source")
+            .field("repo_url", &crate::secret::ShownUrl(&self.repo_url))
+            .field("target_revision", &self.target_revision)
+            .field("path", &self.path)
+            .field("credentials_secret", &self.credentials_secret)
+            .field("directory", &self.directory)
+            .field("kustomize", &self.kustomize)
+            .field("helm", &self.helm)
+            .finish()
+    }
 }
 
 /// Plain files; nothing to set yet.

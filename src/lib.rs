@@ -18,6 +18,7 @@ pub mod metrics;
 pub mod queue;
 pub mod reconcile;
 pub mod report;
+pub mod secret;
 pub mod serve;
 pub mod source;
 pub mod tenancy;

@@ -20,6 +20,7 @@ use crate::queue::amqp::{AmqpQueue, AmqpSettings};
 use crate::queue::memory::MemoryQueue;
 use crate::queue::{Metered, Queue, RetryPolicy};
 use crate::report::github::{self, CommitStatuses, GitHubSettings, HookRef, Redelivery};
+use crate::secret::Secret;
 use crate::tenancy::TenancyOptions;
 use crate::worker::{self, WorkerSettings};
 
@@ -36,7 +37,7 @@ pub struct Roles {
 pub struct ServeOptions {
     /// RabbitMQ; without it `run` uses the in-process queue.
     #[arg(long, env = "SETPOINT_AMQP_URL", hide_env_values = true)]
-    pub amqp_url: Option<String>,
+    pub amqp_url: Option<Secret>,
     /// A file holding the RabbitMQ URL (it carries a password).
     #[arg(long, env = "SETPOINT_AMQP_URL_FILE", conflicts_with = "amqp_url")]
     pub amqp_url_file: Option<PathBuf>,
@@ -66,7 +67,7 @@ pub struct ServeOptions {
         hide_env_values = true,
         value_delimiter = ','
     )]
-    pub github_secret: Vec<String>,
+    pub github_secret: Vec<Secret>,
     /// A file holding a GitHub webhook secret (repeatable, or comma-separated).
     #[arg(long, env = "SETPOINT_GITHUB_SECRET_FILES", value_delimiter = ',')]
     pub github_secret_file: Vec<PathBuf>,
@@ -77,7 +78,7 @@ pub struct ServeOptions {
         hide_env_values = true,
         value_delimiter = ','
     )]
-    pub gitlab_token: Vec<String>,
+    pub gitlab_token: Vec<Secret>,
     /// A file holding a GitLab webhook token (repeatable, or comma-separated).
     #[arg(long, env = "SETPOINT_GITLAB_TOKEN_FILES", value_delimiter = ',')]
     pub gitlab_token_file: Vec<PathBuf>,
@@ -142,7 +143,7 @@ pub struct ServeOptions {
     /// A GitHub token (commit statuses: write; for redelivery, the hooks'
     /// admin). Without one, nothing is posted to GitHub.
     #[arg(long, env = "SETPOINT_GITHUB_TOKEN", hide_env_values = true)]
-    pub github_token: Option<String>,
+    pub github_token: Option<Secret>,
     /// A file holding that token.
     #[arg(
         long,
@@ -182,10 +183,10 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     })
 }
 
-fn secrets(values: &[String], files: &[PathBuf]) -> anyhow::Result<Vec<String>> {
+fn secrets(values: &[Secret], files: &[PathBuf]) -> anyhow::Result<Vec<String>> {
     let mut all: Vec<String> = values
         .iter()
-        .map(|s| s.trim().to_string())
+        .map(|s| s.expose().trim().to_string())
         .filter(|s| !s.is_empty())
         .collect();
     for file in files {
@@ -247,7 +248,7 @@ pub async fn serve(
     };
     let mut amqp = None;
     let amqp_url = match (&options.amqp_url, &options.amqp_url_file) {
-        (Some(url), _) => Some(url.clone()),
+        (Some(url), _) => Some(url.expose().to_string()),
         (None, Some(file)) => Some(
             std::fs::read_to_string(file)
                 .map_err(|e| {

@@ -6,7 +6,8 @@ mod support;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
-use kube::api::{Patch, PatchParams};
+use kube::api::{Patch, PatchParams, PostParams};
+use setpoint::api::{Application, ApplicationSpec, Source};
 use support::app::{automated, create_app, install_crd, settled_at, synced_at};
 use support::process::{Setpoint, free_port, github_push, post, post_github, sample, scrape};
 use support::{GitRepo, TestNamespace, wait_for};
@@ -478,4 +479,76 @@ async fn the_app_cli_lists_gets_diffs_syncs_and_shows_history() {
         err.contains(&format!("cannot read Application {n}/missing")),
         "{err}"
     );
+}
+
+#[tokio::test]
+async fn app_get_and_list_never_print_a_password_from_the_repository_url() {
+    let ns = TestNamespace::new("app-secret").await;
+    install_crd(&ns.client).await;
+    let cache = tempfile::tempdir().unwrap();
+    let cache_dir = cache.path().to_str().unwrap();
+    let n = ns.name.as_str();
+    // Nothing listens on port 9: every fetch fails, from the first.
+    let url = "https://bot:s3cr3t-pass@127.0.0.1:9/org/repo.git";
+    let mut app = Application::new(
+        "web",
+        ApplicationSpec {
+            source: Source {
+                repo_url: url.into(),
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+    );
+    app.metadata.namespace = Some(ns.name.clone());
+    // As `kubectl apply` leaves it: the whole object again in an annotation.
+    let last_applied = serde_json::to_string(&app).unwrap();
+    app.metadata.annotations = Some(
+        [(
+            "kubectl.kubernetes.io/last-applied-configuration".to_string(),
+            last_applied,
+        )]
+        .into(),
+    );
+    ns.api::<Application>()
+        .create(&PostParams::default(), &app)
+        .await
+        .unwrap();
+
+    let (code, out, err) = app_cli(&["sync", "web", "-n", n, "--cache-dir", cache_dir]);
+    assert!(matches!(code, 2 | 3), "the fetch fails: {code} {out}{err}");
+    assert!(!(out.clone() + &err).contains("s3cr3t"), "{out}{err}");
+
+    let (code, table, _) = app_cli(&["get", "web", "-n", n]);
+    assert_eq!(code, 0);
+    assert!(
+        table.contains("Repo:         https://127.0.0.1:9/org/repo.git"),
+        "{table}"
+    );
+    // Never fetched, never assessed: Unknown, not Healthy.
+    assert!(table.contains("Health:       Unknown"), "{table}");
+    assert!(table.contains("FetchFailed"), "{table}");
+    let (_, json, _) = app_cli(&["get", "web", "-n", n, "-o", "json"]);
+    let object: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(
+        object["spec"]["source"]["repoURL"],
+        "https://127.0.0.1:9/org/repo.git"
+    );
+    assert_eq!(object["status"]["health"]["status"], "Unknown");
+    assert!(
+        object["metadata"]["annotations"]["kubectl.kubernetes.io/last-applied-configuration"]
+            .as_str()
+            .is_some_and(|a| a.contains("https://127.0.0.1:9/org/repo.git")),
+        "{json}"
+    );
+    let (_, yaml, _) = app_cli(&["get", "web", "-n", n, "-o", "yaml"]);
+    let (_, list, _) = app_cli(&["list", "-n", n]);
+    let (_, list_yaml, _) = app_cli(&["list", "-n", n, "-o", "yaml"]);
+    let (_, list_json, _) = app_cli(&["list", "-n", n, "-o", "json"]);
+    for out in [&table, &json, &yaml, &list, &list_yaml, &list_json] {
+        assert!(!out.contains("s3cr3t"), "{out}");
+        assert!(!out.contains("bot:"), "{out}");
+    }
+    let row: Vec<&str> = list.lines().nth(1).unwrap().split_whitespace().collect();
+    assert_eq!(row[..3], ["web", "Unknown", "Unknown"], "{list}");
 }

@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
-use kube::api::{ListParams, Patch, PatchParams};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::{Api, ResourceExt};
 use setpoint::api::{ConditionStatus, ConditionType, Health, Sync};
@@ -407,12 +408,8 @@ async fn an_unknown_kind_and_a_missing_path_are_conditions() {
     assert!(!error.is_transient());
 }
 
-#[tokio::test]
-async fn a_crd_and_its_instance_in_one_commit_sync_in_one_reconcile() {
-    let ns = TestNamespace::new("crd").await;
-    install_crd(&ns.client).await;
-    let (ctx, _cache) = context().await;
-    let group = format!("{}.example.com", support::unique_name("w").replace('-', ""));
+/// A namespaced `Widget` kind in `group`, and one instance `w1` of it.
+fn widget_crd_and_instance(group: &str) -> (String, String) {
     let crd = format!(
         "apiVersion: apiextensions.k8s.io/v1
 kind: CustomResourceDefinition
@@ -438,6 +435,16 @@ spec:
     );
     let widget =
         format!("apiVersion: {group}/v1\nkind: Widget\nmetadata:\n  name: w1\nspec:\n  size: 3\n");
+    (crd, widget)
+}
+
+#[tokio::test]
+async fn a_crd_and_its_instance_in_one_commit_sync_in_one_reconcile() {
+    let ns = TestNamespace::new("crd").await;
+    install_crd(&ns.client).await;
+    let (ctx, _cache) = context().await;
+    let group = format!("{}.example.com", support::unique_name("w").replace('-', ""));
+    let (crd, widget) = widget_crd_and_instance(&group);
     let repo = GitRepo::new();
     repo.write("app/widget.yaml", &widget)
         .write("app/crd.yaml", &crd)
@@ -459,6 +466,77 @@ spec:
         .delete(&format!("widgets.{group}"), &Default::default())
         .await;
 }
+
+#[tokio::test]
+async fn a_crd_being_deleted_fails_the_sync_and_nothing_is_applied() {
+    let ns = TestNamespace::new("crd-deleting").await;
+    install_crd(&ns.client).await;
+    let (ctx, _cache) = context().await;
+    let group = format!("{}.example.com", support::unique_name("d").replace('-', ""));
+    let name = format!("widgets.{group}");
+    let (crd_yaml, widget) = widget_crd_and_instance(&group);
+
+    // The CRD exists, held by a finalizer of the test's, and is deleted: it
+    // stays, terminating.
+    let crds: Api<CustomResourceDefinition> = Api::all(ns.client.clone());
+    let mut crd: CustomResourceDefinition = serde_yaml::from_str(&crd_yaml).unwrap();
+    crd.metadata.finalizers = Some(vec![HOLD.into()]);
+    crds.create(&PostParams::default(), &crd).await.unwrap();
+    crds.delete(&name, &DeleteParams::default()).await.unwrap();
+    wait_for("the CRD to be terminating", DEADLINE, || async {
+        let live = crds.get(&name).await.map_err(|e| e.to_string())?;
+        match live.metadata.deletion_timestamp {
+            Some(_) => Ok(()),
+            None => Err("no deletionTimestamp yet".into()),
+        }
+    })
+    .await;
+
+    let repo = GitRepo::new();
+    repo.write("app/crd.yaml", &crd_yaml)
+        .write("app/widget.yaml", &widget)
+        .commit("crd and widget");
+    create_app(&ns, "widgets", &repo.url(), "app", automated(true, true)).await;
+    let result = reconcile_app(&ctx, &ns, "widgets", &Request::default()).await;
+    let status = get_app(&ns, "widgets").await.status.unwrap_or_default();
+    let gvk = GroupVersionKind::gvk(&group, "v1", "Widget");
+    let widgets: Api<DynamicObject> =
+        Api::namespaced_with(ns.client.clone(), &ns.name, &ApiResource::from_gvk(&gvk));
+    let instance = widgets.get_opt("w1").await;
+    // Let the deletion finish before asserting, so a failure leaves nothing.
+    let _ = crds
+        .patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"metadata": {"finalizers": null}})),
+        )
+        .await;
+
+    let error = result.expect_err("the sync fails");
+    assert_eq!(error.reason(), "CrdTerminating", "{error}");
+    let expected = format!("CustomResourceDefinition {name} is being deleted");
+    assert!(error.to_string().contains(&expected), "{error}");
+    assert!(error.to_string().contains(HOLD), "{error}");
+    let ready = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == ConditionType::Ready)
+        .expect("a Ready condition");
+    assert_eq!(ready.status, ConditionStatus::False);
+    assert_eq!(ready.reason, "CrdTerminating");
+    assert!(ready.message.contains(&expected), "{}", ready.message);
+    // Nothing reported applied, nothing assessed, nothing created.
+    assert!(status.operation.is_none(), "{:?}", status.operation);
+    assert!(status.resources.is_empty(), "{:?}", status.resources);
+    assert_eq!(status.health.status, Health::Unknown);
+    assert!(
+        matches!(instance, Ok(None)),
+        "the instance was created: {instance:?}"
+    );
+}
+
+/// A finalizer no controller removes: holds a CRD in its deletion.
+const HOLD: &str = "setpoint.dev/test-hold";
 
 #[tokio::test]
 async fn a_second_reconcile_of_an_in_sync_app_makes_zero_writes() {

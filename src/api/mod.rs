@@ -45,7 +45,7 @@ pub struct ApplicationSpec {
 }
 
 /// Where the manifests are.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Source {
     /// A local path, `file://`, `http(s)://`, `ssh://` or `git@host:org/repo`.
@@ -73,6 +73,22 @@ pub struct Source {
     /// `Chart.yaml`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub helm: Option<HelmSource>,
+}
+
+/// An Application printed with `{:?}` may reach a log: its repository URL
+/// is shown without user info (a password, a token).
+impl std::fmt::Debug for Source {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Source")
+            .field("repo_url", &crate::secret::ShownUrl(&self.repo_url))
+            .field("target_revision", &self.target_revision)
+            .field("path", &self.path)
+            .field("credentials_secret", &self.credentials_secret)
+            .field("directory", &self.directory)
+            .field("kustomize", &self.kustomize)
+            .field("helm", &self.helm)
+            .finish()
+    }
 }
 
 /// Plain files; nothing to set yet.
@@ -114,6 +130,23 @@ pub fn free_form_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
         "type": "object",
         "x-kubernetes-preserve-unknown-fields": true
     })
+}
+
+/// Kubernetes knows the integer formats `int32` and `int64`, not schemars'
+/// `uint8` … `uint64` (the API server answers `Warning: unrecognized format
+/// "uint32"`): an unsigned number becomes an `int32` or `int64` wide enough
+/// for it, its `minimum: 0` kept.
+pub fn kubernetes_formats(schema: &mut schemars::Schema) {
+    use schemars::transform::{RecursiveTransform, Transform};
+    RecursiveTransform(|schema: &mut schemars::Schema| {
+        let known = match schema.get("format").and_then(|f| f.as_str()) {
+            Some("uint8" | "uint16") => "int32",
+            Some("uint32" | "uint64" | "uint") => "int64",
+            _ => return,
+        };
+        schema.insert("format".into(), known.into());
+    })
+    .transform(schema);
 }
 
 /// Where the objects go.
@@ -234,6 +267,7 @@ pub struct ResourceStatus {
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(transform = kubernetes_formats)]
 pub struct OperationSummary {
     pub revision: String,
     pub applied: u32,

@@ -8,6 +8,7 @@ use kube::{Api, ResourceExt};
 use crate::api::{Application, ConditionType, OperationSummary};
 use crate::reconcile::status::short;
 use crate::reconcile::{self, Request};
+use crate::source::git::display_url;
 
 #[derive(Subcommand, Debug)]
 pub enum AppCommand {
@@ -105,7 +106,10 @@ pub async fn run(
             let mut apps = api.list(&ListParams::default()).await?.items;
             apps.sort_by_key(|a| (a.namespace(), a.name_any()));
             match output {
-                Some(format) => print!("{}", encode(&apps, format)?),
+                Some(format) => {
+                    let apps: Vec<_> = apps.iter().map(without_secrets).collect();
+                    print!("{}", encode(&apps, format)?)
+                }
                 None => print!("{}", list_table(&apps, all_namespaces)),
             }
             Ok(0)
@@ -114,7 +118,7 @@ pub async fn run(
             let (namespace, name) = target(&app, &scope);
             let application = get(&namespace, &name).await?;
             match output {
-                Some(format) => print!("{}", encode(&application, format)?),
+                Some(format) => print!("{}", encode(&without_secrets(&application), format)?),
                 None => print!("{}", describe(&application)),
             }
             Ok(0)
@@ -178,6 +182,44 @@ fn encode<T: serde::Serialize>(value: &T, format: Format) -> anyhow::Result<Stri
         Format::Yaml => serde_yaml::to_string(value)?,
         Format::Json => serde_json::to_string_pretty(value)? + "\n",
     })
+}
+
+/// The Application as `-o yaml|json` prints it: the user info of its
+/// repository URL (a password, a token) removed wherever the URL appears
+/// (the spec, kubectl's last-applied annotation, a message), as every
+/// error and log line shows it.
+pub fn without_secrets(app: &Application) -> serde_json::Value {
+    let mut value = serde_json::to_value(app).expect("an Application serializes");
+    let url = app.spec.source.repo_url.trim();
+    let shown = display_url(url);
+    if shown != url {
+        // Also as it reads inside a JSON string (the annotation).
+        let quoted = |s: &str| serde_json::to_string(s).expect("a string serializes");
+        let (url_quoted, shown_quoted) = (quoted(url), quoted(&shown));
+        let url_in_json = &url_quoted[1..url_quoted.len() - 1];
+        let shown_in_json = &shown_quoted[1..shown_quoted.len() - 1];
+        replace_in_strings(&mut value, &[(url, &shown), (url_in_json, shown_in_json)]);
+    }
+    value
+}
+
+fn replace_in_strings(value: &mut serde_json::Value, replacements: &[(&str, &str)]) {
+    match value {
+        serde_json::Value::String(text) => {
+            for (from, to) in replacements {
+                if text.contains(from) {
+                    *text = text.replace(from, to);
+                }
+            }
+        }
+        serde_json::Value::Array(items) => items
+            .iter_mut()
+            .for_each(|item| replace_in_strings(item, replacements)),
+        serde_json::Value::Object(fields) => fields
+            .values_mut()
+            .for_each(|field| replace_in_strings(field, replacements)),
+        _ => {}
+    }
 }
 
 /// Columns padded to their widest cell, two spaces apart, as kubectl prints.
@@ -275,7 +317,7 @@ pub fn describe(app: &Application) -> String {
         "Name:",
         format!("{}/{}", app.namespace().unwrap_or_default(), app.name_any()),
     );
-    field("Repo:", spec.source.repo_url.clone());
+    field("Repo:", display_url(&spec.source.repo_url));
     field(
         "Target:",
         spec.source
@@ -435,6 +477,82 @@ mod tests {
                 "42ms"
             ]
         );
+    }
+
+    fn app_with(repo_url: &str) -> Application {
+        let mut app = Application::new(
+            "web",
+            crate::api::ApplicationSpec {
+                source: crate::api::Source {
+                    repo_url: repo_url.into(),
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
+        );
+        app.metadata.namespace = Some("team".into());
+        app
+    }
+
+    #[test]
+    fn a_password_in_the_repository_url_is_never_printed() {
+        let url = "https://bot:s3cr3t-pass@git.example.com/org/repo.git";
+        let mut app = app_with(url);
+        let last_applied = serde_json::json!({"spec": {"source": {"repoURL": url}}});
+        app.metadata.annotations = Some(
+            [(
+                "kubectl.kubernetes.io/last-applied-configuration".to_string(),
+                last_applied.to_string(),
+            )]
+            .into(),
+        );
+        let out = describe(&app);
+        assert!(
+            out.contains("Repo:         https://git.example.com/org/repo.git"),
+            "{out}"
+        );
+        let printed = without_secrets(&app);
+        assert_eq!(
+            printed["spec"]["source"]["repoURL"],
+            "https://git.example.com/org/repo.git"
+        );
+        for out in [
+            out,
+            encode(&printed, Format::Yaml).unwrap(),
+            encode(&printed, Format::Json).unwrap(),
+            encode(&std::slice::from_ref(&printed), Format::Yaml).unwrap(),
+        ] {
+            assert!(!out.contains("s3cr3t"), "{out}");
+            assert!(!out.contains("bot:"), "{out}");
+        }
+    }
+
+    #[test]
+    fn urls_without_a_secret_are_printed_as_written() {
+        for url in [
+            "git@github.com:org/repo.git",
+            "/srv/git/repo",
+            "https://github.com/org/repo",
+        ] {
+            let app = app_with(url);
+            assert!(describe(&app).contains(&format!("Repo:         {url}\n")));
+            assert_eq!(without_secrets(&app)["spec"]["source"]["repoURL"], url);
+        }
+        // A token as the user name over https is a secret too.
+        let app = app_with("https://ghp_token123@github.com/org/repo");
+        assert!(!describe(&app).contains("ghp_token123"));
+        // And a password over ssh.
+        let app = app_with("ssh://deploy:hunter2@git.example.com/org/repo");
+        assert!(!describe(&app).contains("hunter2"));
+    }
+
+    #[test]
+    fn an_application_no_sync_has_assessed_is_unknown_not_healthy() {
+        let app = app_with("https://git.example.com/org/repo.git");
+        let out = list_table(std::slice::from_ref(&app), false);
+        let row: Vec<&str> = out.lines().nth(1).unwrap().split_whitespace().collect();
+        assert_eq!(row[..3], ["web", "Unknown", "Unknown"], "{out}");
+        assert!(describe(&app).contains("Health:       Unknown"));
     }
 
     #[test]

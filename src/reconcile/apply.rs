@@ -47,6 +47,17 @@ pub enum ApplyError {
     },
     #[error("CustomResourceDefinition {name} was not Established within {timeout:?}")]
     CrdNotEstablished { name: String, timeout: Duration },
+    /// Applying it would be a no-op and its instances would be deleted with
+    /// it: nothing is applied until the deletion has finished.
+    #[error(
+        "CustomResourceDefinition {name} is being deleted (since {since}{}): it and its instances cannot be applied until the deletion completes",
+        held_by(.finalizers)
+    )]
+    CrdTerminating {
+        name: String,
+        since: String,
+        finalizers: Vec<String>,
+    },
     #[error("failed to resolve the kind of {id}: {source}")]
     Kind {
         id: ObjectId,
@@ -66,8 +77,19 @@ impl ApplyError {
         match self {
             ApplyError::Rejected { .. } | ApplyError::Forbidden { .. } => false,
             ApplyError::Kind { source, .. } => source.is_transient(),
+            // Retried: once the deletion completes, the next attempt creates
+            // the CRD afresh.
+            ApplyError::CrdTerminating { .. } => true,
             _ => true,
         }
+    }
+}
+
+fn held_by(finalizers: &[String]) -> String {
+    if finalizers.is_empty() {
+        String::new()
+    } else {
+        format!(", held by the finalizers {}", finalizers.join(", "))
     }
 }
 
@@ -143,6 +165,37 @@ pub fn rank(group: &str, kind: &str) -> u8 {
         ("apiregistration.k8s.io", "APIService") => 12,
         _ => 8,
     }
+}
+
+/// The error that refuses a sync whose desired CustomResourceDefinitions
+/// include one that the cluster is deleting (`deletionTimestamp` set, e.g.
+/// held by a finalizer): applying it changes nothing, and the instances
+/// applied after it would be deleted along with it. Pure: `live` is what the
+/// live step read.
+pub fn terminating_crd(desired: &[Desired], live: &HashMap<ObjectId, Value>) -> Option<ApplyError> {
+    for d in desired {
+        let id = &d.manifest.id;
+        if !(id.group == "apiextensions.k8s.io" && id.kind == "CustomResourceDefinition") {
+            continue;
+        }
+        let Some(object) = live.get(id) else { continue };
+        let metadata = &object["metadata"];
+        let Some(since) = metadata["deletionTimestamp"].as_str() else {
+            continue;
+        };
+        let finalizers = metadata["finalizers"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|f| f.as_str().map(String::from))
+            .collect();
+        return Some(ApplyError::CrdTerminating {
+            name: id.name.clone(),
+            since: since.to_string(),
+            finalizers,
+        });
+    }
+    None
 }
 
 /// The result of applying one object: what the API server returned.
@@ -391,5 +444,80 @@ mod tests {
             odd.to_string(),
             "forbidden: ConfigMap team-b/x: denied by a webhook"
         );
+    }
+
+    use crate::manifest::{Manifest, Origin};
+    use serde_json::json;
+
+    fn desired(group: &str, kind: &str, name: &str) -> Desired {
+        Desired {
+            manifest: Manifest {
+                id: ObjectId {
+                    group: group.into(),
+                    version: "v1".into(),
+                    kind: kind.into(),
+                    namespace: None,
+                    name: name.into(),
+                },
+                origin: Origin {
+                    file: "crd.yaml".into(),
+                    document: 0,
+                },
+                body: json!({}),
+            },
+            kind: None,
+        }
+    }
+
+    #[test]
+    fn a_crd_being_deleted_stops_the_sync_and_is_named() {
+        let crd = desired(
+            "apiextensions.k8s.io",
+            "CustomResourceDefinition",
+            "widgets.example.com",
+        );
+        let widget = desired("example.com", "Widget", "w");
+        let mut live = HashMap::new();
+        live.insert(
+            crd.manifest.id.clone(),
+            json!({"metadata": {"name": "widgets.example.com"}}),
+        );
+        let both = [crd, widget];
+        assert!(terminating_crd(&both, &live).is_none());
+
+        live.insert(
+            both[0].manifest.id.clone(),
+            json!({"metadata": {
+                "name": "widgets.example.com",
+                "deletionTimestamp": "2026-12-03T14:00:00Z",
+                "finalizers": ["example.com/hold", "customresourcecleanup.apiextensions.k8s.io"],
+            }}),
+        );
+        let error = terminating_crd(&both, &live).expect("refused");
+        let message = error.to_string();
+        assert!(
+            message.starts_with(
+                "CustomResourceDefinition widgets.example.com is being deleted (since 2026-12-03T14:00:00Z, held by the finalizers example.com/hold, customresourcecleanup.apiextensions.k8s.io)"
+            ),
+            "{message}"
+        );
+        assert!(error.is_transient());
+    }
+
+    #[test]
+    fn only_crds_are_checked_and_absent_ones_pass() {
+        // Another kind being deleted is progressing, not an error (health.rs).
+        let config = desired("", "ConfigMap", "c");
+        let mut live = HashMap::new();
+        live.insert(
+            config.manifest.id.clone(),
+            json!({"metadata": {"deletionTimestamp": "2026-12-03T14:00:00Z"}}),
+        );
+        let crd = desired(
+            "apiextensions.k8s.io",
+            "CustomResourceDefinition",
+            "new.example.com",
+        );
+        assert!(terminating_crd(&[config, crd], &live).is_none());
     }
 }

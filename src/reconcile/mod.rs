@@ -112,6 +112,7 @@ impl ReconcileError {
             ReconcileError::Tenancy(e) => e.reason(),
             ReconcileError::Owned(_) => "OwnedByAnotherApplication",
             ReconcileError::Apply(ApplyError::Prune { .. }) => "PruneFailed",
+            ReconcileError::Apply(ApplyError::CrdTerminating { .. }) => "CrdTerminating",
             ReconcileError::Apply(_) => "ApplyFailed",
             ReconcileError::Credentials { .. } => "CredentialsInvalid",
             ReconcileError::WriteStatus { .. } => "StatusWriteFailed",
@@ -304,6 +305,9 @@ async fn sync(
     let manifests = render(ctx, app, credentials.as_ref(), &checkout).await?;
     let mut desired = prepare::prepare(&ctx.client, &ctx.kinds, app, manifests).await?;
     let (live, skipped_kinds) = live::read(&client, &ctx.kinds, app, &desired).await?;
+    if let Some(error) = apply::terminating_crd(&desired, &live.objects) {
+        return Err(error.into());
+    }
     let desired_manifests: Vec<_> = desired.iter().map(|d| d.manifest.clone()).collect();
     let foreign = ownership::foreign(&desired_manifests, &live, &prepare::owner_key(app));
     if !foreign.is_empty() {

@@ -59,7 +59,16 @@ pub fn build(report: Report<'_>) -> ApplicationStatus {
     }
     let compared = report.resources.is_some();
     status.resources = report.resources.unwrap_or(previous.resources.clone());
-    let health = worst(status.resources.iter().map(|r| r.health));
+    // An Application whose objects no sync has looked at yet (never fetched,
+    // or failing from the start) has no health to speak of: Unknown, not the
+    // Healthy of an empty list.
+    let assessed =
+        compared || !status.resources.is_empty() || status.last_applied_revision.is_some();
+    let health = if assessed {
+        worst(status.resources.iter().map(|r| r.health))
+    } else {
+        Health::Unknown
+    };
     let unhealthy: Vec<String> = status
         .resources
         .iter()
@@ -338,6 +347,72 @@ mod tests {
             .unwrap();
         assert_eq!(s.status, ConditionStatus::True);
         assert!(s.message.contains("line 3"));
+    }
+
+    #[test]
+    fn health_is_unknown_until_a_sync_has_assessed_the_objects() {
+        let failing = |previous: Option<&ApplicationStatus>, ending: Ending| {
+            build(Report {
+                previous,
+                generation: Some(1),
+                revision: None,
+                resources: None,
+                ending,
+                operation: None,
+                now: "t1".into(),
+            })
+        };
+        let fetch_failed = Ending::Retrying {
+            reason: "FetchFailed".into(),
+            message: "failed to fetch https://git.example/repo".into(),
+        };
+        // Failing from the very first fetch, retried or stalled, or suspended.
+        for ending in [
+            fetch_failed.clone(),
+            Ending::Stalled {
+                reason: "RevisionNotFound".into(),
+                message: "no such branch".into(),
+            },
+            Ending::Suspended,
+        ] {
+            let status = failing(None, ending.clone());
+            assert_eq!(status.health.status, Health::Unknown, "{ending:?}");
+            assert_eq!(status.health.message, None);
+            // And still Unknown on the next failure.
+            let again = failing(Some(&status), ending);
+            assert_eq!(again.health.status, Health::Unknown);
+        }
+        // Once a sync has assessed the objects, a failure keeps that health.
+        let done = report(
+            None,
+            Ending::Done {
+                out_of_sync: 0,
+                note: None,
+            },
+            "t0",
+        );
+        assert_eq!(
+            failing(Some(&done), fetch_failed.clone()).health.status,
+            Health::Healthy
+        );
+        // A sync that found nothing to apply did assess: Healthy, as Argo CD.
+        let empty = build(Report {
+            previous: None,
+            generation: Some(1),
+            revision: Some("r".into()),
+            resources: Some(vec![]),
+            ending: Ending::Done {
+                out_of_sync: 0,
+                note: None,
+            },
+            operation: None,
+            now: "t0".into(),
+        });
+        assert_eq!(empty.health.status, Health::Healthy);
+        assert_eq!(
+            failing(Some(&empty), fetch_failed).health.status,
+            Health::Healthy
+        );
     }
 
     #[test]

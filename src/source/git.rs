@@ -156,7 +156,7 @@ impl fmt::Debug for Credentials {
 }
 
 /// One checkout: which repository, which revision, which directory.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Default)]
 pub struct CheckoutRequest<'a> {
     /// As the Application spells it; only its normalized form is the mirror key.
     pub url: &'a str,
@@ -170,6 +170,19 @@ pub struct CheckoutRequest<'a> {
     /// A commit a webhook announced for this revision: when the mirror already
     /// has the revision at that commit, the fetch is skipped.
     pub known_commit: Option<&'a str>,
+}
+
+impl fmt::Debug for CheckoutRequest<'_> {
+    /// The URL without its user info, as in every message of this module.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CheckoutRequest")
+            .field("url", &crate::secret::ShownUrl(self.url))
+            .field("revision", &self.revision)
+            .field("path", &self.path)
+            .field("credentials", &self.credentials)
+            .field("known_commit", &self.known_commit)
+            .finish()
+    }
 }
 
 /// The files of one Application at one commit.
@@ -1264,6 +1277,25 @@ fn absolute(path: &str) -> String {
 /// `ssh://git@github.com/org/repo`; `file:///abs/path` for a local repository.
 pub fn normalize_url(url: &str) -> String {
     Location::parse(url).key()
+}
+
+/// The URL as a person reads it: when its user info holds a secret (what
+/// `Remote::new` scrubs: a password, or any user info over http(s), a
+/// token) without it, as every error of this module shows it; otherwise as
+/// written (`git@host:org/repo` keeps its user).
+pub fn display_url(url: &str) -> String {
+    let location = Location::parse(url);
+    let secret = match &location {
+        Location::Remote(remote) => remote.userinfo.is_some_and(|userinfo| {
+            userinfo.contains(':') || matches!(remote.scheme.as_deref(), Some("http" | "https"))
+        }),
+        Location::Local(_) => false,
+    };
+    if secret {
+        location.display()
+    } else {
+        url.trim().to_owned()
+    }
 }
 
 /// `./apps/a/`, `/apps/a` and `apps//a` all mean `apps/a`; `None`, `""`,

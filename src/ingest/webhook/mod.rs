@@ -65,7 +65,7 @@ const MAX_DELIVERY_ID: usize = 100;
 
 /// What the webhook needs to know of one Application (kept in memory by a
 /// kube reflector elsewhere).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct AppSource {
     pub key: AppKey,
     /// As the Application spells it; compared after `normalize_url`.
@@ -74,6 +74,18 @@ pub struct AppSource {
     pub target_revision: Option<String>,
     /// The directory the Application reads; `None` is the repository root.
     pub path: Option<String>,
+}
+
+impl fmt::Debug for AppSource {
+    /// The repository URL without its user info (a password, a token).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AppSource")
+            .field("key", &self.key)
+            .field("repo_url", &crate::secret::ShownUrl(&self.repo_url))
+            .field("target_revision", &self.target_revision)
+            .field("path", &self.path)
+            .finish()
+    }
 }
 
 /// The Applications the webhook routes to. Called once per push, so it must

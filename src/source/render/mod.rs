@@ -183,7 +183,6 @@ pub fn join(path: &str, name: &str) -> String {
 }
 
 /// Everything an external render depends on: equal jobs give equal output.
-#[derive(Debug)]
 pub struct Job<'a> {
     pub method: &'a Method,
     /// The repository as the Application spells it.
@@ -199,6 +198,22 @@ pub struct Job<'a> {
     pub app: &'a str,
     /// The cluster's version and API groups (helm only).
     pub capabilities: Option<&'a Capabilities>,
+}
+
+impl std::fmt::Debug for Job<'_> {
+    /// The repository URL without its user info (a password, a token).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Job")
+            .field("method", &self.method)
+            .field("repo_url", &crate::secret::ShownUrl(self.repo_url))
+            .field("mirror", &self.mirror)
+            .field("commit", &self.commit)
+            .field("path", &self.path)
+            .field("namespace", &self.namespace)
+            .field("app", &self.app)
+            .field("capabilities", &self.capabilities)
+            .finish()
+    }
 }
 
 impl Job<'_> {

@@ -12,7 +12,7 @@ use std::collections::BTreeSet;
 
 use super::AppSource;
 use crate::event::AppKey;
-use crate::source::git::{normalize_path, normalize_url};
+use crate::source::repo_url::{normalize_path, normalize_url};
 
 /// One push, as both providers describe it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

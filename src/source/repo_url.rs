@@ -17,6 +17,8 @@ pub(crate) struct RemoteUrl<'a> {
     pub(crate) host: String,
     pub(crate) port: Option<&'a str>,
     pub(crate) path: &'a str,
+    /// The host and port as the URL spells them.
+    host_port: &'a str,
 }
 
 impl RemoteUrl<'_> {
@@ -24,6 +26,27 @@ impl RemoteUrl<'_> {
         match self.port {
             Some(port) => format!("{}:{port}", self.host),
             None => self.host.clone(),
+        }
+    }
+
+    /// The user name and the password of the user info, percent-decoded as
+    /// git decodes them.
+    pub(crate) fn user_and_password(&self) -> Option<(String, Option<String>)> {
+        let userinfo = self.userinfo?;
+        Some(match userinfo.split_once(':') {
+            Some((user, password)) => (percent_decode(user), Some(percent_decode(password))),
+            None => (percent_decode(userinfo), None),
+        })
+    }
+
+    /// The URL with `userinfo` in place of the user info it had (none when
+    /// `None`); host, port and path as given.
+    pub(crate) fn with_userinfo(&self, userinfo: Option<&str>) -> String {
+        let userinfo = userinfo.map(|userinfo| format!("{userinfo}@"));
+        let userinfo = userinfo.as_deref().unwrap_or("");
+        match &self.scheme {
+            Some(scheme) => format!("{scheme}://{userinfo}{}{}", self.host_port, self.path),
+            None => format!("{userinfo}{}:{}", self.host_port, self.path),
         }
     }
 
@@ -64,6 +87,7 @@ impl<'a> Location<'a> {
                 host: host.to_ascii_lowercase(),
                 port,
                 path,
+                host_port,
             });
         }
         // Git's rule: a colon before any slash makes it scp-like ssh.
@@ -75,6 +99,7 @@ impl<'a> Location<'a> {
                 Some((userinfo, host)) => (Some(userinfo), host),
                 None => (None, authority),
             };
+            let host_port = host;
             let host = host.trim_start_matches('[').trim_end_matches(']');
             return Location::Remote(RemoteUrl {
                 scheme: None,
@@ -82,6 +107,7 @@ impl<'a> Location<'a> {
                 host: host.to_ascii_lowercase(),
                 port: None,
                 path,
+                host_port,
             });
         }
         Location::Local(absolute(url))
@@ -132,6 +158,32 @@ fn split_host_port(host_port: &str) -> (&str, Option<&str>) {
         }
         _ => (host_port, None),
     }
+}
+
+/// `%XX` escapes decoded; anything else, a malformed escape included, kept.
+fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut decoded = Vec::with_capacity(bytes.len());
+    let mut at = 0;
+    while at < bytes.len() {
+        let escaped = match bytes.get(at..at + 3) {
+            Some([b'%', high, low]) if high.is_ascii_hexdigit() && low.is_ascii_hexdigit() => {
+                hex::decode([*high, *low]).ok()
+            }
+            _ => None,
+        };
+        match escaped {
+            Some(byte) => {
+                decoded.extend_from_slice(&byte);
+                at += 3;
+            }
+            None => {
+                decoded.push(bytes[at]);
+                at += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&decoded).into_owned()
 }
 
 fn trim_trailing_slashes(path: &str) -> &str {
@@ -236,5 +288,28 @@ mod tests {
         ] {
             assert_eq!(normalize_path(input), expected, "{input:?}");
         }
+    }
+
+    #[test]
+    fn user_info_is_percent_decoded_and_replaced() {
+        let Location::Remote(remote) =
+            Location::parse("https://b%6Ft:p%40ss%2fw%zz@Host.example:8443/a/b")
+        else {
+            panic!("not remote");
+        };
+        assert_eq!(
+            remote.user_and_password(),
+            Some(("bot".to_owned(), Some("p@ss/w%zz".to_owned())))
+        );
+        assert_eq!(remote.with_userinfo(None), "https://Host.example:8443/a/b");
+        assert_eq!(
+            remote.with_userinfo(Some("git")),
+            "https://git@Host.example:8443/a/b"
+        );
+        let Location::Remote(scp) = Location::parse("git@[::1]:org/repo") else {
+            panic!("not remote");
+        };
+        assert_eq!(scp.user_and_password(), Some(("git".to_owned(), None)));
+        assert_eq!(scp.with_userinfo(Some("git")), "git@[::1]:org/repo");
     }
 }

@@ -179,6 +179,8 @@ impl Git<'_> {
         if input.is_some() {
             command.stdin(Stdio::piped());
         }
+        #[cfg(test)]
+        spawned::record(&command);
         let mut child = command
             .spawn()
             .map_err(|source| GitError::Spawn { source })?;
@@ -238,4 +240,35 @@ pub(super) fn stderr_text(output: &Output) -> String {
         end -= 1;
     }
     format!("{}…", &text[..end])
+}
+
+/// Test seam: the argv of every git command this process spawned, so a test
+/// can check that no secret was ever on one (a process's argv is readable by
+/// every local user in `/proc/<pid>/cmdline`).
+#[cfg(test)]
+pub(super) mod spawned {
+    use std::sync::{Mutex, PoisonError};
+
+    static ARGV: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+    pub(in super::super) fn record(command: &tokio::process::Command) {
+        let command = command.as_std();
+        let argv = std::iter::once(command.get_program())
+            .chain(command.get_args())
+            .map(|arg| arg.to_string_lossy())
+            .collect::<Vec<_>>()
+            .join(" ");
+        ARGV.lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(argv);
+    }
+
+    /// Every recorded command line that contains `needle`.
+    pub(in super::super) fn containing(needle: &str) -> Vec<String> {
+        let argv = ARGV.lock().unwrap_or_else(PoisonError::into_inner);
+        argv.iter()
+            .filter(|argv| argv.contains(needle))
+            .cloned()
+            .collect()
+    }
 }

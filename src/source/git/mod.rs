@@ -8,9 +8,12 @@
 //! names the same repository (however it spells the URL) shares one bare
 //! mirror under the cache directory, fetched incrementally.
 //!
-//! Credentials never reach argv, a URL or an error message: they travel as an
-//! `http.extraHeader` in `GIT_CONFIG_*` environment variables, and whatever
-//! git writes to stderr is scrubbed of them before it becomes an error.
+//! Credentials never reach argv, the mirror's config, an error or a log line:
+//! a credentialsSecret's, or the user info of an `http(s)` repository URL
+//! (which git is then given without it), travel as an `http.extraHeader` in
+//! `GIT_CONFIG_*` environment variables (not `-c` on argv, which every local
+//! user can read in `/proc/<pid>/cmdline`), and whatever git writes to stderr
+//! is scrubbed of them before it becomes an error.
 
 mod command;
 mod mirror;
@@ -128,7 +131,8 @@ impl GitError {
 
 /// HTTP(S) basic-auth credentials from the Application's `credentialsSecret`.
 /// A token goes in `password` (GitHub and GitLab accept any non-empty
-/// username with a token).
+/// username with a token). They win over user info in the repository URL,
+/// which is otherwise sent the same way.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Credentials {
     pub username: String,

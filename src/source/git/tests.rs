@@ -540,10 +540,24 @@ async fn credentials_never_appear_in_errors() {
 /// Accepts one HTTP request, returns its head, answers with `response`
 /// (or nothing, holding the connection, when `None`).
 fn one_shot_server(response: Option<&'static str>) -> (u16, std::sync::mpsc::Receiver<String>) {
+    let (port, heads, _release) = held_server(response);
+    (port, heads)
+}
+
+/// As [`one_shot_server`], but the answer waits until the returned sender
+/// sends (or is dropped): until then the git that asked is still running.
+fn held_server(
+    response: Option<&'static str>,
+) -> (
+    u16,
+    std::sync::mpsc::Receiver<String>,
+    std::sync::mpsc::Sender<()>,
+) {
     use std::io::{BufRead, Write};
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     let (sender, receiver) = std::sync::mpsc::channel();
+    let (release, released) = std::sync::mpsc::channel::<()>();
     std::thread::spawn(move || {
         let (stream, _) = listener.accept().unwrap();
         let mut reader = io::BufReader::new(stream.try_clone().unwrap());
@@ -556,6 +570,8 @@ fn one_shot_server(response: Option<&'static str>) -> (u16, std::sync::mpsc::Rec
             head.push_str(&line);
         }
         sender.send(head).unwrap();
+        // Err when the sender was dropped: answer at once.
+        let _ = released.recv();
         match response {
             Some(response) => {
                 let mut stream = stream;
@@ -565,7 +581,70 @@ fn one_shot_server(response: Option<&'static str>) -> (u16, std::sync::mpsc::Rec
             None => while reader.read_line(&mut String::new()).unwrap_or(0) > 0 {},
         }
     });
-    (port, receiver)
+    (port, receiver, release)
+}
+
+/// The command lines of this machine's processes that contain `needle`, as
+/// any local user can read them.
+fn processes_mentioning(needle: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let name = entry.file_name();
+        if !name.to_string_lossy().bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        // A process may end while it is read.
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        if cmdline.contains(needle) {
+            found.push(cmdline);
+        }
+    }
+    found
+}
+
+/// Log lines written while it is alive, on this thread (a `#[tokio::test]`
+/// runs its tasks on the test's thread).
+struct CapturedLogs {
+    lines: Arc<Mutex<Vec<u8>>>,
+    _guard: tracing::subscriber::DefaultGuard,
+}
+
+impl CapturedLogs {
+    fn start() -> CapturedLogs {
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let writer = Arc::clone(&lines);
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::TRACE)
+            .with_ansi(false)
+            .with_writer(move || LogWriter(Arc::clone(&writer)))
+            .finish();
+        CapturedLogs {
+            lines,
+            _guard: tracing::subscriber::set_default(subscriber),
+        }
+    }
+
+    fn text(&self) -> String {
+        let lines = self.lines.lock().unwrap_or_else(PoisonError::into_inner);
+        String::from_utf8_lossy(&lines).into_owned()
+    }
+}
+
+struct LogWriter(Arc<Mutex<Vec<u8>>>);
+
+impl io::Write for LogWriter {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let mut lines = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        lines.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
 }
 
 #[tokio::test]
@@ -616,4 +695,86 @@ async fn a_stalled_fetch_times_out() {
         err.to_string(),
         format!("git fetch for {url} timed out after 500ms")
     );
+}
+
+/// Issue 10, item 8: `https://user:token@host/…` is a common way to give a
+/// token; the token must still arrive (as the header `Credentials` use),
+/// but never on a command line, in the mirror's config or in a log line.
+#[tokio::test]
+async fn url_user_info_travels_as_a_header_never_on_argv_or_in_the_mirror() {
+    let logs = CapturedLogs::start();
+    let (port, requests, release) = held_server(Some(
+        "HTTP/1.1 500 Internal Server Error\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+    ));
+    // Unique, so that no other process on the machine mentions it.
+    let password = format!("url-s3cr3t-{port}-{}", std::process::id());
+    let cache = tempfile::tempdir().unwrap();
+    let source = GitSource::new(cache.path().to_owned()).with_fetch_retry_budget(Duration::ZERO);
+    let url = format!("http://bot:{password}@127.0.0.1:{port}/org/repo.git");
+    let checkout = tokio::spawn({
+        let source = source.clone();
+        async move {
+            let request = CheckoutRequest {
+                url: &url,
+                ..Default::default()
+            };
+            source.checkout(&request).await
+        }
+    });
+
+    // The server holds git's request: git and its remote helper are running.
+    let head = tokio::task::spawn_blocking(move || requests.recv_timeout(Duration::from_secs(60)))
+        .await
+        .unwrap()
+        .expect("git sent no request within 60s");
+    let fetching = processes_mentioning(&format!("127.0.0.1:{port}"));
+    let leaking = processes_mentioning(&password);
+    release.send(()).unwrap();
+    let err = checkout.await.unwrap().unwrap_err();
+
+    assert!(
+        !fetching.is_empty(),
+        "no process fetching from 127.0.0.1:{port} was found in /proc"
+    );
+    assert!(leaking.is_empty(), "on a command line: {leaking:?}");
+    // Every git command this test process ran, `remote add` and `remote
+    // set-url` included, which end before the server sees a request.
+    let recorded = command::spawned::containing(&format!("127.0.0.1:{port}"));
+    assert!(!recorded.is_empty(), "no git command was recorded");
+    let on_argv = command::spawned::containing(&password);
+    assert!(on_argv.is_empty(), "on a command line: {on_argv:?}");
+
+    let token = BASE64.encode(format!("bot:{password}"));
+    assert!(
+        head.contains(&format!("Authorization: Basic {token}")),
+        "{head}"
+    );
+    // The header went through the environment, not `-c http.….extraHeader=…`.
+    let on_argv = command::spawned::containing(&token);
+    assert!(on_argv.is_empty(), "on a command line: {on_argv:?}");
+
+    let mut configs = 0;
+    for mirror in std::fs::read_dir(cache.path().join("mirrors")).unwrap() {
+        let config = mirror.unwrap().path().join("config");
+        if let Ok(config) = std::fs::read_to_string(&config) {
+            configs += 1;
+            assert!(config.contains(&format!("127.0.0.1:{port}")), "{config}");
+            assert!(!config.contains(&password), "{config}");
+            assert!(!config.contains(&token), "{config}");
+        }
+    }
+    assert_eq!(configs, 1, "one mirror");
+
+    assert!(matches!(err, GitError::Fetch { .. }), "{err:?}");
+    let text = format!("{err} {err:?}");
+    assert!(
+        text.contains(&format!("http://127.0.0.1:{port}/org/repo.git")),
+        "{text}"
+    );
+    assert!(!text.contains(&password), "{text}");
+    assert!(!text.contains(&token), "{text}");
+    let logs = logs.text();
+    assert!(logs.contains(&format!("127.0.0.1:{port}")), "{logs}");
+    assert!(!logs.contains(&password), "{logs}");
+    assert!(!logs.contains(&token), "{logs}");
 }

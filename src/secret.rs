@@ -50,7 +50,7 @@ pub struct ShownUrl<'a>(pub &'a str);
 
 impl fmt::Debug for ShownUrl<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(&crate::source::git::display_url(self.0), f)
+        fmt::Debug::fmt(&crate::source::repo_url::display_url(self.0), f)
     }
 }
 

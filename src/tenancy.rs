@@ -14,7 +14,7 @@ use kube::Client;
 use kube::client::Body;
 
 use crate::api::Application;
-use crate::source::git::normalize_url;
+use crate::source::repo_url::normalize_url;
 
 /// `--admin-namespaces` etc.: the command-line face of `Tenancy`, shared by
 /// every subcommand.

@@ -8,7 +8,7 @@ use kube::{Api, ResourceExt};
 use crate::api::{Application, ConditionType, OperationSummary};
 use crate::reconcile::status::short;
 use crate::reconcile::{self, Request};
-use crate::source::git::display_url;
+use crate::source::repo_url::display_url;
 
 #[derive(Subcommand, Debug)]
 pub enum AppCommand {

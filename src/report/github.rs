@@ -32,7 +32,7 @@ use tracing::{debug, info, warn};
 
 use crate::api::Application;
 use crate::report::events::error_chain;
-use crate::source::git::normalize_url;
+use crate::source::repo_url::normalize_url;
 
 /// github.com's API; GitHub Enterprise Server's is `https://HOST/api/v3`.
 pub const DEFAULT_API_URL: &str = "https://api.github.com";

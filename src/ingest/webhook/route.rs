@@ -16,7 +16,7 @@ use std::collections::BTreeSet;
 
 use super::AppSource;
 use crate::event::AppKey;
-use crate::source::git::{normalize_path, normalize_url};
+use crate::source::repo_url::{normalize_path, normalize_url};
 
 /// One push, as both providers describe it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -86,7 +86,7 @@ pub fn repository_keys(push: &Push) -> BTreeSet<String> {
         .collect()
 }
 
-/// `url` normalized (`source::git::normalize_url`), and lowercased where
+/// `url` normalized (`source::repo_url::normalize_url`), and lowercased where
 /// the host ignores case: on the pushing host (`case_insensitive`), and on
 /// GitHub's and GitLab's. A host never matches another host, so folding on
 /// the push's say-so cannot join two repositories of different hosts.

@@ -15,12 +15,12 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use kube::api::DynamicObject;
 use kube::core::GroupVersionKind;
 use kube::discovery::ApiResource;
-use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::watcher::{self, Event as WatchEvent};
 use kube::{Api, Client, ResourceExt};
@@ -95,6 +95,17 @@ impl std::fmt::Display for Scope {
     }
 }
 
+/// How long the API server keeps one watch open (`timeoutSeconds`) before
+/// closing it; the watcher then resumes from the last resourceVersion it saw
+/// or was sent as a bookmark (bookmarks are on), without a relist. kube gives
+/// up on a watch that stays silent 5 s longer than this, so a connection that
+/// stalls without closing is replaced within about a minute.
+const WATCH_TIMEOUT_SECONDS: u32 = 60;
+
+fn watch_config() -> watcher::Config {
+    watcher::Config::default().timeout(WATCH_TIMEOUT_SECONDS)
+}
+
 /// Runs the Application watch over `scope` (feeding `writer`; enqueueing
 /// spec changes when `apps` is true) and, when `objects` is true, the
 /// live-object watches.
@@ -114,22 +125,27 @@ pub async fn run(
     let admitted = scope.clone();
     let stream = reflector::reflector(
         writer,
-        watcher::watcher(
-            scope.applications(client.clone()),
-            watcher::Config::default(),
-        )
-        .default_backoff()
-        .filter(move |event| {
+        watcher::watcher(scope.applications(client.clone()), watch_config()).filter(move |event| {
             let keep = event.as_ref().map_or(true, |event| admitted.admits(event));
             std::future::ready(keep)
         }),
     );
     futures::pin_mut!(stream);
+    let mut retry = Retry::default();
     while let Some(event) = stream.next().await {
         let event = match event {
-            Ok(event) => event,
+            Ok(event) => {
+                retry.reset();
+                event
+            }
             Err(error) => {
-                tracing::warn!(%error, "Application watch failed; retrying");
+                let pause = retry.next(refused(&error), Instant::now());
+                if pause.warn {
+                    tracing::warn!(%error, retry_in = ?pause.delay, "Application watch failed; retrying");
+                } else {
+                    tracing::debug!(%error, retry_in = ?pause.delay, "Application watch failed; retrying");
+                }
+                tokio::time::sleep(pause.delay).await;
                 continue;
             }
         };
@@ -210,7 +226,7 @@ impl KindWatches {
             let gvk = GroupVersionKind::gvk(&kind.0, &kind.1, &kind.2);
             let task = tokio::spawn(watch_kind(
                 client.clone(),
-                ApiResource::from_gvk(&gvk),
+                gvk,
                 queue.clone(),
                 scope.clone(),
             ));
@@ -219,72 +235,235 @@ impl KindWatches {
     }
 }
 
+/// The pauses of one watch after failures. Short and capped low: the
+/// watches are few (one per kind in use), and an API server back from a
+/// restart must be watched again within seconds. kube's default backoff
+/// (0.8 s doubling to 30 s, reset only by an event, which a quiet kind may
+/// not have) left scales uncorrected for tens of seconds after each restart.
+/// A refusal (403, or a kind the API server does not serve) is retried
+/// slowly and warned about once: it lasts until someone changes RBAC or
+/// installs a CRD, and the sweep still corrects what it hides.
+#[derive(Debug, Default)]
+struct Retry {
+    failures: u32,
+    warned_at: Option<Instant>,
+    refusal_warned: bool,
+}
+
+/// What to do after one failure.
+#[derive(Debug, PartialEq)]
+struct Pause {
+    delay: Duration,
+    /// Log it as a warning (else debug): the first failure of a run of them,
+    /// at most one a minute, and a refusal only once.
+    warn: bool,
+}
+
+impl Retry {
+    const FIRST: Duration = Duration::from_millis(250);
+    const MAX: Duration = Duration::from_secs(2);
+    const REFUSED: Duration = Duration::from_secs(300);
+    const WARN_EVERY: Duration = Duration::from_secs(60);
+
+    fn next(&mut self, refused: bool, now: Instant) -> Pause {
+        self.failures = self.failures.saturating_add(1);
+        if refused {
+            let warn = !self.refusal_warned;
+            self.refusal_warned = true;
+            return Pause {
+                delay: Self::REFUSED,
+                warn,
+            };
+        }
+        let warn = self
+            .warned_at
+            .is_none_or(|at| now.duration_since(at) >= Self::WARN_EVERY);
+        if warn {
+            self.warned_at = Some(now);
+        }
+        let doubled = Self::FIRST.saturating_mul(1 << (self.failures - 1).min(16));
+        Pause {
+            delay: doubled.min(Self::MAX).mul_f64(jitter()),
+            warn,
+        }
+    }
+
+    /// An event came through: the next failure starts short again.
+    fn reset(&mut self) {
+        self.failures = 0;
+        self.warned_at = None;
+        self.refusal_warned = false;
+    }
+}
+
+/// A factor in [0.5, 1], so that watches failing together do not all retry
+/// at the same instant.
+fn jitter() -> f64 {
+    use std::hash::{BuildHasher, RandomState};
+    let random = RandomState::new().hash_one(Instant::now());
+    0.5 + (random % 1001) as f64 / 2000.0
+}
+
+/// A failure that retrying soon will not cure.
+fn refused(error: &watcher::Error) -> bool {
+    match error {
+        watcher::Error::InitialListFailed(error)
+        | watcher::Error::WatchStartFailed(error)
+        | watcher::Error::WatchFailed(error) => api_refused(error),
+        watcher::Error::WatchError(status) => matches!(status.code, 403 | 404),
+        watcher::Error::NoResourceVersion => false,
+    }
+}
+
+fn api_refused(error: &kube::Error) -> bool {
+    match error {
+        kube::Error::Api(status) => matches!(status.code, 403 | 404),
+        kube::Error::Discovery(_) => true,
+        _ => false,
+    }
+}
+
 /// What the watch remembers of one object to tell a real change from a replay.
 #[derive(Clone, PartialEq, Eq)]
 struct Seen {
+    owner: AppKey,
     signature: String,
     health: Health,
 }
 
-async fn watch_kind(client: Client, resource: ApiResource, queue: Arc<dyn Queue>, scope: Scope) {
-    // `ApiResource::from_gvk` guesses the plural; discovery knows it.
-    let resource = match kube::discovery::pinned_kind(
-        &client,
-        &GroupVersionKind::gvk(&resource.group, &resource.version, &resource.kind),
-    )
-    .await
-    {
-        Ok((resource, _)) => resource,
-        Err(error) => {
-            tracing::warn!(kind = %resource.kind, %error, "cannot watch a kind discovery does not know");
-            return;
+type ObjectKey = (Option<String>, String);
+
+async fn watch_kind(client: Client, gvk: GroupVersionKind, queue: Arc<dyn Queue>, scope: Scope) {
+    let mut retry = Retry::default();
+    // `ApiResource::from_gvk` guesses the plural; discovery knows it. The
+    // API server may be down now: ask again until it answers.
+    let resource = loop {
+        match kube::discovery::pinned_kind(&client, &gvk).await {
+            Ok((resource, _)) => break resource,
+            Err(error) => {
+                let pause = retry.next(api_refused(&error), Instant::now());
+                if pause.warn {
+                    tracing::warn!(kind = %gvk.kind, %error, retry_in = ?pause.delay, "cannot discover a kind to watch");
+                }
+                tokio::time::sleep(pause.delay).await;
+            }
         }
     };
+    retry.reset();
     let api: Api<DynamicObject> = Api::all_with(client, &resource);
-    let config = watcher::Config::default().labels(APP_LABEL);
-    let stream = watcher::watcher(api, config).default_backoff();
+    let stream = watcher::watcher(api, watch_config().labels(APP_LABEL));
     futures::pin_mut!(stream);
-    let mut seen: HashMap<(Option<String>, String), Seen> = HashMap::new();
+    let mut seen: HashMap<ObjectKey, Seen> = HashMap::new();
+    // During a (re)list: the objects it returned so far.
+    let mut listed: Option<BTreeSet<ObjectKey>> = None;
     while let Some(event) = stream.next().await {
-        match event {
-            Ok(WatchEvent::Apply(object) | WatchEvent::InitApply(object)) => {
-                let Some(owner) = owner(&object).filter(|o| scope.contains(&o.namespace)) else {
-                    continue;
-                };
-                let value = serde_json::to_value(&object).unwrap_or(Value::Null);
-                let now = Seen {
-                    signature: signature(&value),
-                    health: assess(&resource.group, &resource.kind, &value).status,
-                };
-                let key = (object.namespace(), object.name_any());
-                let before = seen.insert(key, now.clone());
-                let Some(before) = before else { continue };
-                let cause = if before.health != now.health {
-                    Some("health changed")
-                } else if before.signature != now.signature && changed_by_others(&value) {
-                    Some("changed outside Setpoint")
-                } else {
-                    None
-                };
-                if let Some(why) = cause {
-                    let object = format!("{} {}", resource.kind, object.name_any());
-                    tracing::debug!(app = %owner, %object, why, "enqueue");
-                    publish(&queue, Event::new(owner, Cause::Drift { object })).await;
-                }
+        let event = match event {
+            Ok(event) => {
+                retry.reset();
+                event
             }
-            Ok(WatchEvent::Delete(object)) => {
-                seen.remove(&(object.namespace(), object.name_any()));
-                if let Some(owner) = owner(&object).filter(|o| scope.contains(&o.namespace)) {
-                    let object = format!("{} {} (deleted)", resource.kind, object.name_any());
-                    publish(&queue, Event::new(owner, Cause::Drift { object })).await;
-                }
-            }
-            Ok(WatchEvent::Init | WatchEvent::InitDone) => {}
             Err(error) => {
-                tracing::debug!(kind = %resource.kind, %error, "watch interrupted; resuming")
+                let pause = retry.next(refused(&error), Instant::now());
+                if pause.warn {
+                    tracing::warn!(kind = %resource.kind, %error, retry_in = ?pause.delay, "watch interrupted; resuming");
+                } else {
+                    tracing::debug!(kind = %resource.kind, %error, retry_in = ?pause.delay, "watch interrupted; resuming");
+                }
+                tokio::time::sleep(pause.delay).await;
+                continue;
             }
+        };
+        let drift = match event {
+            WatchEvent::Init => {
+                listed = Some(BTreeSet::new());
+                Vec::new()
+            }
+            WatchEvent::InitApply(object) => {
+                if let Some(listed) = listed.as_mut() {
+                    listed.insert((object.namespace(), object.name_any()));
+                }
+                applied(&mut seen, &resource, &scope, &object)
+                    .into_iter()
+                    .collect()
+            }
+            WatchEvent::Apply(object) => applied(&mut seen, &resource, &scope, &object)
+                .into_iter()
+                .collect(),
+            // A relist after the watch fell too far behind (410 Gone, as
+            // after an API server restart) sends no deletes: what it no
+            // longer returns was deleted meanwhile.
+            WatchEvent::InitDone => {
+                let listed = listed.take().unwrap_or_default();
+                gone_from_listing(&mut seen, &listed)
+                    .into_iter()
+                    .map(|(key, before)| {
+                        let object = format!("{} {} (deleted)", resource.kind, key.1);
+                        (before.owner, object, "deleted")
+                    })
+                    .collect()
+            }
+            WatchEvent::Delete(object) => {
+                seen.remove(&(object.namespace(), object.name_any()));
+                owner(&object)
+                    .filter(|o| scope.contains(&o.namespace))
+                    .map(|owner| {
+                        let object = format!("{} {} (deleted)", resource.kind, object.name_any());
+                        (owner, object, "deleted")
+                    })
+                    .into_iter()
+                    .collect()
+            }
+        };
+        for (owner, object, why) in drift {
+            tracing::debug!(app = %owner, %object, why, "enqueue");
+            publish(&queue, Event::new(owner, Cause::Drift { object })).await;
         }
     }
+}
+
+/// The objects seen before that a (re)list did not return, forgotten.
+fn gone_from_listing(
+    seen: &mut HashMap<ObjectKey, Seen>,
+    listed: &BTreeSet<ObjectKey>,
+) -> Vec<(ObjectKey, Seen)> {
+    let gone: Vec<ObjectKey> = seen
+        .keys()
+        .filter(|key| !listed.contains(*key))
+        .cloned()
+        .collect();
+    gone.into_iter()
+        .filter_map(|key| seen.remove(&key).map(|before| (key, before)))
+        .collect()
+}
+
+/// An object added or changed: remembered, and returned as drift of its
+/// Application when someone else changed it or its health changed.
+fn applied(
+    seen: &mut HashMap<ObjectKey, Seen>,
+    resource: &ApiResource,
+    scope: &Scope,
+    object: &DynamicObject,
+) -> Option<(AppKey, String, &'static str)> {
+    let owner = owner(object).filter(|o| scope.contains(&o.namespace))?;
+    let value = serde_json::to_value(object).unwrap_or(Value::Null);
+    let now = Seen {
+        owner: owner.clone(),
+        signature: signature(&value),
+        health: assess(&resource.group, &resource.kind, &value).status,
+    };
+    let before = seen.insert((object.namespace(), object.name_any()), now.clone())?;
+    let why = if before.health != now.health {
+        "health changed"
+    } else if before.signature != now.signature && changed_by_others(&value) {
+        "changed outside Setpoint"
+    } else {
+        return None;
+    };
+    Some((
+        owner,
+        format!("{} {}", resource.kind, object.name_any()),
+        why,
+    ))
 }
 
 fn owner(object: &DynamicObject) -> Option<AppKey> {
@@ -425,6 +604,86 @@ mod tests {
             ],
         );
         assert!(!changed_by_others(&status));
+    }
+
+    #[test]
+    fn retries_start_short_double_and_stay_within_two_seconds() {
+        let mut retry = Retry::default();
+        let now = Instant::now();
+        let delays: Vec<Duration> = (0..8).map(|_| retry.next(false, now).delay).collect();
+        // Jitter takes up to half of each delay away, never adds.
+        assert!(delays[0] >= Duration::from_millis(125) && delays[0] <= Retry::FIRST);
+        assert!(delays[2] >= Duration::from_millis(500) && delays[2] <= Duration::from_secs(1));
+        assert!(delays.iter().all(|d| *d <= Retry::MAX), "{delays:?}");
+        assert!(delays[7] >= Retry::MAX / 2, "{delays:?}");
+        retry.reset();
+        assert!(retry.next(false, now).delay <= Retry::FIRST);
+    }
+
+    #[test]
+    fn a_run_of_failures_warns_once_a_minute() {
+        let mut retry = Retry::default();
+        let start = Instant::now();
+        assert!(retry.next(false, start).warn);
+        assert!(!retry.next(false, start + Duration::from_secs(2)).warn);
+        assert!(!retry.next(false, start + Duration::from_secs(59)).warn);
+        assert!(retry.next(false, start + Duration::from_secs(61)).warn);
+        retry.reset();
+        assert!(retry.next(false, start + Duration::from_secs(62)).warn);
+    }
+
+    #[test]
+    fn a_refusal_is_retried_slowly_and_warned_about_once() {
+        let mut retry = Retry::default();
+        let now = Instant::now();
+        assert_eq!(
+            retry.next(true, now),
+            Pause {
+                delay: Retry::REFUSED,
+                warn: true
+            }
+        );
+        let later = now + Duration::from_secs(3600);
+        assert_eq!(
+            retry.next(true, later),
+            Pause {
+                delay: Retry::REFUSED,
+                warn: false
+            }
+        );
+    }
+
+    #[test]
+    fn forbidden_and_unknown_kinds_are_refusals_and_outages_are_not() {
+        let status = |code: u16| kube::core::Status {
+            code,
+            ..Default::default()
+        };
+        let api = |code| kube::Error::Api(Box::new(status(code)));
+        assert!(refused(&watcher::Error::InitialListFailed(api(403))));
+        assert!(refused(&watcher::Error::WatchStartFailed(api(404))));
+        assert!(refused(&watcher::Error::WatchError(Box::new(status(403)))));
+        assert!(!refused(&watcher::Error::WatchError(Box::new(status(410)))));
+        assert!(!refused(&watcher::Error::InitialListFailed(api(503))));
+        assert!(!refused(&watcher::Error::NoResourceVersion));
+    }
+
+    #[test]
+    fn a_relist_that_misses_an_object_reports_it_deleted() {
+        let seen_as = |name: &str| Seen {
+            owner: AppKey::new("team", name),
+            signature: String::new(),
+            health: Health::Healthy,
+        };
+        let key = |name: &str| (Some("team".to_string()), name.to_string());
+        let mut seen: HashMap<ObjectKey, Seen> =
+            [(key("kept"), seen_as("a")), (key("removed"), seen_as("b"))].into();
+        let listed: BTreeSet<ObjectKey> = [key("kept"), key("new")].into();
+        let gone = gone_from_listing(&mut seen, &listed);
+        assert_eq!(gone.len(), 1);
+        assert_eq!(gone[0].0, key("removed"));
+        assert_eq!(gone[0].1.owner, AppKey::new("team", "b"));
+        assert_eq!(seen.keys().collect::<Vec<_>>(), vec![&key("kept")]);
     }
 
     #[test]

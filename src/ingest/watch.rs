@@ -11,7 +11,10 @@
 //! A [`Scope`] limits all of this to the Applications of some namespaces
 //! (`--watch-namespaces`, like Argo CD's `--application-namespaces` and
 //! Flux's `--watch-namespace`): the index holds only those, and a live
-//! object whose Application is elsewhere enqueues nothing.
+//! object whose Application is elsewhere enqueues nothing. The live objects
+//! are then watched per namespace (each namespace the Applications' objects
+//! are in), as the chart's namespaced RBAC (Roles, no ClusterRole) allows;
+//! cluster-scoped kinds stay cluster-wide.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
@@ -50,6 +53,11 @@ impl Scope {
             .filter(|ns| !ns.is_empty())
             .collect();
         Self { namespaces }
+    }
+
+    /// Every namespace: no `--watch-namespaces`.
+    pub fn is_all(&self) -> bool {
+        self.namespaces.is_empty()
     }
 
     pub fn contains(&self, namespace: &str) -> bool {
@@ -173,11 +181,11 @@ pub async fn run(
             }
         }
         if objects && !listing {
-            let kinds = kinds_in_use(&store);
+            let targets = watch_targets(&store.state(), &scope);
             watches
                 .lock()
                 .expect("watches lock")
-                .sync(&client, &queue, &scope, kinds);
+                .sync(&client, &queue, &scope, targets);
         }
     }
 }
@@ -187,19 +195,54 @@ fn generation_unobserved(app: &Application) -> bool {
     app.status.as_ref().and_then(|s| s.observed_generation) != app.metadata.generation
 }
 
-/// Every (group, version, kind) some Application's last status lists.
-fn kinds_in_use(store: &Store<Application>) -> BTreeSet<(String, String, String)> {
-    store
-        .state()
-        .iter()
+/// One live-object watch: a kind, in one namespace or in all of them.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+struct Target {
+    group: String,
+    version: String,
+    kind: String,
+    /// None: cluster-wide (every namespace, or a cluster-scoped kind).
+    namespace: Option<String>,
+}
+
+impl std::fmt::Display for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let group = if self.group.is_empty() {
+            String::new()
+        } else {
+            format!("{}/", self.group)
+        };
+        write!(f, "{group}{} {}", self.version, self.kind)?;
+        match &self.namespace {
+            Some(namespace) => write!(f, " in {namespace}"),
+            None => f.write_str(" in the cluster"),
+        }
+    }
+}
+
+/// The watches the Applications' last statuses call for: one per kind
+/// cluster-wide; with a scope, one per kind and namespace its objects are
+/// in (a cluster-scoped kind's objects have none), so that Roles in those
+/// namespaces are enough.
+fn watch_targets(apps: &[Arc<Application>], scope: &Scope) -> BTreeSet<Target> {
+    apps.iter()
         .flat_map(|app| app.status.iter().flat_map(|s| s.resources.iter()))
-        .map(|r| (r.group.clone(), r.version.clone(), r.kind.clone()))
+        .map(|r| Target {
+            group: r.group.clone(),
+            version: r.version.clone(),
+            kind: r.kind.clone(),
+            namespace: if scope.is_all() {
+                None
+            } else {
+                r.namespace.clone()
+            },
+        })
         .collect()
 }
 
 #[derive(Default)]
 struct KindWatches {
-    running: HashMap<(String, String, String), JoinHandle<()>>,
+    running: HashMap<Target, JoinHandle<()>>,
 }
 
 impl KindWatches {
@@ -208,29 +251,28 @@ impl KindWatches {
         client: &Client,
         queue: &Arc<dyn Queue>,
         scope: &Scope,
-        wanted: BTreeSet<(String, String, String)>,
+        wanted: BTreeSet<Target>,
     ) {
-        self.running.retain(|kind, task| {
-            let keep = wanted.contains(kind) && !task.is_finished();
+        self.running.retain(|target, task| {
+            let keep = wanted.contains(target) && !task.is_finished();
             if !keep {
-                tracing::info!(kind = ?kind, "stopping watch");
+                tracing::info!(%target, "stopping watch");
                 task.abort();
             }
             keep
         });
-        for kind in wanted {
-            if self.running.contains_key(&kind) {
+        for target in wanted {
+            if self.running.contains_key(&target) {
                 continue;
             }
-            tracing::info!(kind = ?kind, "starting watch");
-            let gvk = GroupVersionKind::gvk(&kind.0, &kind.1, &kind.2);
+            tracing::info!(%target, "starting watch");
             let task = tokio::spawn(watch_kind(
                 client.clone(),
-                gvk,
+                target.clone(),
                 queue.clone(),
                 scope.clone(),
             ));
-            self.running.insert(kind, task);
+            self.running.insert(target, task);
         }
     }
 }
@@ -333,24 +375,30 @@ struct Seen {
 
 type ObjectKey = (Option<String>, String);
 
-async fn watch_kind(client: Client, gvk: GroupVersionKind, queue: Arc<dyn Queue>, scope: Scope) {
+async fn watch_kind(client: Client, target: Target, queue: Arc<dyn Queue>, scope: Scope) {
+    let gvk = GroupVersionKind::gvk(&target.group, &target.version, &target.kind);
     let mut retry = Retry::default();
     // `ApiResource::from_gvk` guesses the plural; discovery knows it. The
     // API server may be down now: ask again until it answers.
-    let resource = loop {
+    let (resource, kind_scope) = loop {
         match kube::discovery::pinned_kind(&client, &gvk).await {
-            Ok((resource, _)) => break resource,
+            Ok((resource, capabilities)) => break (resource, capabilities.scope),
             Err(error) => {
                 let pause = retry.next(api_refused(&error), Instant::now());
                 if pause.warn {
-                    tracing::warn!(kind = %gvk.kind, %error, retry_in = ?pause.delay, "cannot discover a kind to watch");
+                    tracing::warn!(%target, %error, retry_in = ?pause.delay, "cannot discover a kind to watch");
                 }
                 tokio::time::sleep(pause.delay).await;
             }
         }
     };
     retry.reset();
-    let api: Api<DynamicObject> = Api::all_with(client, &resource);
+    let api: Api<DynamicObject> = match (&target.namespace, kind_scope) {
+        (Some(namespace), kube::discovery::Scope::Namespaced) => {
+            Api::namespaced_with(client, namespace, &resource)
+        }
+        _ => Api::all_with(client, &resource),
+    };
     let stream = watcher::watcher(api, watch_config().labels(APP_LABEL));
     futures::pin_mut!(stream);
     let mut seen: HashMap<ObjectKey, Seen> = HashMap::new();
@@ -363,11 +411,14 @@ async fn watch_kind(client: Client, gvk: GroupVersionKind, queue: Arc<dyn Queue>
                 event
             }
             Err(error) => {
-                let pause = retry.next(refused(&error), Instant::now());
-                if pause.warn {
-                    tracing::warn!(kind = %resource.kind, %error, retry_in = ?pause.delay, "watch interrupted; resuming");
+                let refusal = refused(&error);
+                let pause = retry.next(refusal, Instant::now());
+                if pause.warn && refusal {
+                    tracing::warn!(%target, %error, retry_in = ?pause.delay, "cannot watch; drift of these objects waits for the sweep");
+                } else if pause.warn {
+                    tracing::warn!(%target, %error, retry_in = ?pause.delay, "watch interrupted; resuming");
                 } else {
-                    tracing::debug!(kind = %resource.kind, %error, retry_in = ?pause.delay, "watch interrupted; resuming");
+                    tracing::debug!(%target, %error, retry_in = ?pause.delay, "watch interrupted; resuming");
                 }
                 tokio::time::sleep(pause.delay).await;
                 continue;
@@ -604,6 +655,59 @@ mod tests {
             ],
         );
         assert!(!changed_by_others(&status));
+    }
+
+    fn app_with(resources: &[(&str, &str, Option<&str>)]) -> Arc<Application> {
+        let mut app = app_in("team-a");
+        app.status = Some(crate::api::ApplicationStatus {
+            resources: resources
+                .iter()
+                .map(|(group, kind, namespace)| crate::api::ResourceStatus {
+                    group: group.to_string(),
+                    version: "v1".into(),
+                    kind: kind.to_string(),
+                    namespace: namespace.map(str::to_string),
+                    name: "x".into(),
+                    sync: Default::default(),
+                    health: Health::Healthy,
+                    message: None,
+                })
+                .collect(),
+            ..Default::default()
+        });
+        Arc::new(app)
+    }
+
+    #[test]
+    fn watches_are_per_namespace_only_within_a_scope() {
+        let apps = [
+            app_with(&[
+                ("apps", "Deployment", Some("team-a")),
+                ("", "Namespace", None),
+            ]),
+            app_with(&[("apps", "Deployment", Some("team-b"))]),
+        ];
+        let shown = |scope: &Scope| -> Vec<String> {
+            watch_targets(&apps, scope)
+                .iter()
+                .map(Target::to_string)
+                .collect()
+        };
+        assert_eq!(
+            shown(&Scope::new(Vec::<String>::new())),
+            [
+                "v1 Namespace in the cluster",
+                "apps/v1 Deployment in the cluster"
+            ]
+        );
+        assert_eq!(
+            shown(&Scope::new(["team-a", "team-b"])),
+            [
+                "v1 Namespace in the cluster",
+                "apps/v1 Deployment in team-a",
+                "apps/v1 Deployment in team-b"
+            ]
+        );
     }
 
     #[test]

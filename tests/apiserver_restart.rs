@@ -21,9 +21,9 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::apps::v1::Deployment;
-use kube::api::{Patch, PatchParams};
-use support::app::{automated, create_app, install_crd, settled_at};
+use support::app::{
+    automated, create_app, deployment_yaml, install_crd, settled_at, time_scale_correction,
+};
 use support::process::{Setpoint, free_port};
 use support::{GitRepo, TestNamespace, kubeconfig_path, wait_for};
 
@@ -63,19 +63,13 @@ fn restart_apiserver() -> Duration {
     started.elapsed()
 }
 
-fn deployment(name: &str, replicas: u32) -> String {
-    format!(
-        "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: {name}\nspec:\n  replicas: {replicas}\n  selector:\n    matchLabels: {{app: {name}}}\n  template:\n    metadata:\n      labels: {{app: {name}}}\n    spec:\n      containers:\n      - name: app\n        image: app:1\n"
-    )
-}
-
 #[tokio::test]
 async fn drift_after_each_of_five_apiserver_restarts_is_corrected_by_the_watch() {
     let ns = TestNamespace::new("apirestart").await;
     install_crd(&ns.client).await;
     let repo = GitRepo::new();
     let commit = repo
-        .write("web/deploy.yaml", &deployment("web", 3))
+        .write("web/deploy.yaml", &deployment_yaml("web", 3))
         .commit("web");
     create_app(&ns, "web", &repo.url(), "web", automated(true, true)).await;
     let cache = tempfile::tempdir().unwrap();
@@ -88,38 +82,13 @@ async fn drift_after_each_of_five_apiserver_restarts_is_corrected_by_the_watch()
     })
     .await;
 
-    let deployments = ns.api::<Deployment>();
-    let scale = PatchParams {
-        field_manager: Some("kubectl".into()),
-        ..Default::default()
-    };
     let mut corrections = Vec::new();
     for round in 1..=RESTARTS {
         let restart = restart_apiserver();
-        // The test's own client may need a moment to reconnect too.
+        // Our own client may need a moment to reconnect too: the scale is
+        // retried until taken, and timed from then.
         let replicas = if round % 2 == 0 { 1 } else { 2 };
-        let patch = Patch::Merge(serde_json::json!({"spec": {"replicas": replicas}}));
-        wait_for("the scale to be accepted", DEADLINE, || async {
-            deployments
-                .patch_scale("web", &scale, &patch)
-                .await
-                .map_err(|e| e.to_string())
-        })
-        .await;
-        let scaled = Instant::now();
-        wait_for(
-            &format!("the scale after restart {round} to be set back"),
-            DEADLINE,
-            || async {
-                let live = deployments.get("web").await.map_err(|e| e.to_string())?;
-                match live.spec.replicas {
-                    Some(3) => Ok(()),
-                    other => Err(format!("{other:?} replicas")),
-                }
-            },
-        )
-        .await;
-        let took = scaled.elapsed();
+        let took = time_scale_correction(&ns, "web", replicas, 3, DEADLINE).await;
         eprintln!(
             "restart {round}: API server back in {restart:?}; scale to {replicas} set back in {took:?}"
         );

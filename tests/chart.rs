@@ -833,10 +833,10 @@ fn token_kubeconfig(token: &str, namespace: &str) -> String {
 /// would correct it.
 #[tokio::test]
 async fn under_namespaced_rbac_a_scale_is_corrected_by_a_watch_in_the_namespace() {
-    use k8s_openapi::api::apps::v1::Deployment;
-    use kube::api::{Patch, PatchParams};
-    use std::time::{Duration, Instant};
-    use support::app::{automated, create_app, install_crd, settled_at};
+    use std::time::Duration;
+    use support::app::{
+        automated, create_app, deployment_yaml, install_crd, settled_at, time_scale_correction,
+    };
     use support::process::{Setpoint, free_port};
     use support::{GitRepo, wait_for};
 
@@ -909,8 +909,9 @@ async fn under_namespaced_rbac_a_scale_is_corrected_by_a_watch_in_the_namespace(
     std::fs::write(&kubeconfig, token_kubeconfig(token.trim(), &ns.name)).unwrap();
 
     let repo = GitRepo::new();
-    let deployment = "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\nspec:\n  replicas: 3\n  selector:\n    matchLabels: {app: web}\n  template:\n    metadata:\n      labels: {app: web}\n    spec:\n      containers:\n      - name: app\n        image: app:1\n";
-    let commit = repo.write("web/deploy.yaml", deployment).commit("web");
+    let commit = repo
+        .write("web/deploy.yaml", &deployment_yaml("web", 3))
+        .commit("web");
     create_app(&ns, "web", &repo.url(), "web", automated(true, true)).await;
     let listen = format!("127.0.0.1:{}", free_port());
     let args = ["run", "--listen", &listen, "--sweep-interval", "1h"];
@@ -922,23 +923,7 @@ async fn under_namespaced_rbac_a_scale_is_corrected_by_a_watch_in_the_namespace(
     })
     .await;
 
-    let deployments = ns.api::<Deployment>();
-    let scale = PatchParams {
-        field_manager: Some("kubectl".into()),
-        ..Default::default()
-    };
-    let one = Patch::Merge(serde_json::json!({"spec": {"replicas": 1}}));
-    deployments.patch_scale("web", &scale, &one).await.unwrap();
-    let scaled = Instant::now();
-    wait_for("the scale to be set back", deadline, || async {
-        let live = deployments.get("web").await.map_err(|e| e.to_string())?;
-        match live.spec.replicas {
-            Some(3) => Ok(()),
-            other => Err(format!("{other:?} replicas")),
-        }
-    })
-    .await;
-    let took = scaled.elapsed();
+    let took = time_scale_correction(&ns, "web", 1, 3, deadline).await;
     eprintln!("scale set back in {took:?}");
     assert!(
         took < Duration::from_secs(10),

@@ -204,6 +204,7 @@ fn github_settings(options: &ServeOptions) -> anyhow::Result<Option<GitHubSettin
 
 pub async fn serve(options: ServeOptions, roles: Roles, cache_dir: PathBuf) -> anyhow::Result<()> {
     let config = kube::Config::infer().await?;
+    let watch_client = live_watch::client(config.clone())?;
     let github = github_settings(&options)?;
     let commit_statuses = match &github {
         Some(settings) if roles.worker && options.github_commit_statuses => {
@@ -291,7 +292,7 @@ pub async fn serve(options: ServeOptions, roles: Roles, cache_dir: PathBuf) -> a
     let (shutdown_tx, shutdown) = watch::channel(false);
     let mut tasks = tokio::task::JoinSet::new();
     if needs_index {
-        let client = ctx.client.clone();
+        let client = watch_client;
         let queue = queue.clone();
         let store = store.clone();
         let objects = roles.watch;

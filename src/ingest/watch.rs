@@ -110,6 +110,18 @@ impl std::fmt::Display for Scope {
 /// stalls without closing is replaced within about a minute.
 const WATCH_TIMEOUT_SECONDS: u32 = 60;
 
+/// The client the watches list and watch with: kube sets no read timeout,
+/// and a relist sent to an API server that had just restarted was seen to
+/// get no answer at all, leaving its watch (and drift) stuck. A read
+/// timeout above the watch timeout bounds that without cutting quiet
+/// watches, which the API server closes first.
+pub fn client(mut config: kube::Config) -> Result<Client, kube::Error> {
+    config.read_timeout = Some(Duration::from_secs(u64::from(WATCH_TIMEOUT_SECONDS) + 15));
+    // Counted from each request, not from when its pooled connection idled.
+    config.reset_reader_on_write = true;
+    Client::try_from(config)
+}
+
 fn watch_config() -> watcher::Config {
     watcher::Config::default().timeout(WATCH_TIMEOUT_SECONDS)
 }

@@ -24,7 +24,7 @@ RUSTC_VERSION := $(shell rustc --version 2>/dev/null | awk '{print $$2}')
 export CARGO_TARGET_DIR ?= $(SETPOINT_CACHE)/cargo-target-$(RUSTC_VERSION)
 
 PHONY_EXTRA := crd bench image image-deps image-context image-lock test-image
-.PHONY: all build test unit lint demo bench cluster-build cluster-up cluster-down \
+.PHONY: all build test test-restart unit lint demo bench cluster-build cluster-up cluster-down \
 	rabbitmq-up rabbitmq-down up down fmt helm-build $(PHONY_EXTRA)
 
 all: build
@@ -79,6 +79,12 @@ test: up lint
 	@echo "[test] cargo test against $$(grep server: $(KUBECONFIG) | awk '{print $$2}') and amqp://127.0.0.1:5672"
 	$(FRESH_TEST_VHOST)
 	cargo test --lib --bins --tests
+
+## The API server restarted five times under a running Setpoint
+## (tests/apiserver_restart.rs). Alone, after `make test`: it disrupts every
+## client of this control plane (the repo's .cluster) while it runs.
+test-restart: up
+	cargo test --test apiserver_restart
 
 ## The container image (Containerfile; image/build.sh): an OCI archive under
 ## $(CARGO_TARGET_DIR)/image with its SPDX SBOM, built with buildah from

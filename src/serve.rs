@@ -232,6 +232,7 @@ pub async fn serve(
     let config = kube::Config::infer().await?;
     let tenancy = tenancy.resolve(&config.default_namespace);
     tracing::info!(admins = ?tenancy.admins, allow_local = tenancy.allow_local, "tenancy");
+    let watch_client = live_watch::client(config.clone())?;
     let github = github_settings(&options)?;
     let commit_statuses = match &github {
         Some(settings) if roles.worker && options.github_commit_statuses => {
@@ -320,7 +321,7 @@ pub async fn serve(
     let (shutdown_tx, shutdown) = watch::channel(false);
     let mut tasks = tokio::task::JoinSet::new();
     if needs_index {
-        let client = ctx.client.clone();
+        let client = watch_client;
         let queue = queue.clone();
         let store = store.clone();
         let objects = roles.watch;

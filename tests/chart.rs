@@ -2,7 +2,8 @@
 //! set of values below `helm template` renders objects that the local API
 //! server accepts in a server-side dry run (`kubectl apply --server-side
 //! --dry-run=server`, which validates and persists nothing), holding what the
-//! values ask for.
+//! values ask for; and Setpoint run under the chart's namespaced RBAC
+//! corrects drift with its watches.
 //!
 //! helm is `$SETPOINT_HELM` (default: `helm` on PATH) and kubectl is
 //! `$SETPOINT_KUBECTL` (default: `kubectl`); the Makefile exports both.
@@ -834,4 +835,156 @@ config:
             "{role}"
         );
     }
+}
+
+/// Cluster-scoped objects a test created, deleted when it ends (its
+/// namespace's deletion does not take them).
+struct ClusterScoped(Vec<(String, String)>);
+
+impl Drop for ClusterScoped {
+    fn drop(&mut self) {
+        let kubeconfig = support::kubeconfig_path();
+        for (kind, name) in &self.0 {
+            let _ = Command::new(program("SETPOINT_KUBECTL", "kubectl"))
+                .arg("--kubeconfig")
+                .arg(&kubeconfig)
+                .args(["delete", kind, name, "--ignore-not-found", "--wait=false"])
+                .output();
+        }
+    }
+}
+
+/// A kubeconfig for the local API server that authenticates with `token`.
+fn token_kubeconfig(token: &str, namespace: &str) -> String {
+    let admin = kube::config::Kubeconfig::read_from(support::kubeconfig_path())
+        .expect("the admin kubeconfig");
+    let cluster = admin.clusters[0].cluster.clone().expect("a cluster entry");
+    let mut entry = serde_json::json!({ "server": cluster.server });
+    if let Some(path) = &cluster.certificate_authority {
+        entry["certificate-authority"] = path.clone().into();
+    }
+    if let Some(data) = &cluster.certificate_authority_data {
+        entry["certificate-authority-data"] = data.clone().into();
+    }
+    serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{ "name": "local", "cluster": entry }],
+        "users": [{ "name": "setpoint", "user": { "token": token } }],
+        "contexts": [{ "name": "setpoint", "context": { "cluster": "local", "user": "setpoint", "namespace": namespace } }],
+        "current-context": "setpoint",
+    })
+    .to_string()
+}
+
+/// Setpoint under the chart's namespaced RBAC (`rbac.namespaces`: a Role in
+/// the namespace, no ClusterRole that reads Deployments), with its
+/// ServiceAccount's token and `--watch-namespaces`: its live-object watches
+/// are per namespace, so a scale is set back by a watch event, the sweep an
+/// hour away. Cluster-wide, the watch would get 403 and only the sweep
+/// would correct it.
+#[tokio::test]
+async fn under_namespaced_rbac_a_scale_is_corrected_by_a_watch_in_the_namespace() {
+    use std::time::Duration;
+    use support::app::{
+        automated, create_app, deployment_yaml, install_crd, settled_at, time_scale_correction,
+    };
+    use support::process::{Setpoint, free_port};
+    use support::{GitRepo, wait_for};
+
+    let ns = TestNamespace::new("rbac-watch").await;
+    install_crd(&ns.client).await;
+    // A release of its own: the ClusterRole and its binding are this test's.
+    let chart = chart().display().to_string();
+    let listed = format!("rbac.namespaces=[\"{}\"]", ns.name);
+    let args = [
+        "template",
+        ns.name.as_str(),
+        chart.as_str(),
+        "--namespace",
+        ns.name.as_str(),
+        "--set-json",
+        listed.as_str(),
+    ];
+    let rbac: Vec<Value> = objects(&helm(&args))
+        .into_iter()
+        .filter(|o| {
+            matches!(
+                kind_of(o),
+                "ServiceAccount" | "Role" | "RoleBinding" | "ClusterRole" | "ClusterRoleBinding"
+            )
+        })
+        .collect();
+    let _cleanup = ClusterScoped(
+        rbac.iter()
+            .filter(|o| kind_of(o).starts_with("Cluster"))
+            .map(|o| (kind_of(o).to_string(), name_of(o).to_string()))
+            .collect(),
+    );
+    assert!(
+        all_of(&rbac, "ClusterRole")
+            .iter()
+            .flat_map(|role| role["rules"].as_array().cloned().unwrap_or_default())
+            .all(|rule| !contains(&strings(&rule["resources"]), "deployments")),
+        "no ClusterRole reads Deployments: {}",
+        summary(&rbac)
+    );
+    let yaml: String = rbac
+        .iter()
+        .map(|o| format!("---\n{}", serde_yaml::to_string(o).unwrap()))
+        .collect();
+    let kubectl = program("SETPOINT_KUBECTL", "kubectl");
+    let admin = support::kubeconfig_path().display().to_string();
+    run(
+        &kubectl,
+        &["--kubeconfig", &admin, "apply", "--server-side", "-f", "-"],
+        &yaml,
+    );
+    let account = name_of(all_of(&rbac, "ServiceAccount")[0]).to_string();
+    let token = run(
+        &kubectl,
+        &[
+            "--kubeconfig",
+            &admin,
+            "create",
+            "token",
+            &account,
+            "--namespace",
+            &ns.name,
+            "--duration",
+            "1h",
+        ],
+        "",
+    );
+    let cache = tempfile::tempdir().unwrap();
+    let kubeconfig = cache.path().join("setpoint-kubeconfig");
+    std::fs::write(&kubeconfig, token_kubeconfig(token.trim(), &ns.name)).unwrap();
+
+    let repo = GitRepo::new();
+    let commit = repo
+        .write("web/deploy.yaml", &deployment_yaml("web", 3))
+        .commit("web");
+    create_app(&ns, "web", &repo.url(), "web", automated(true, true)).await;
+    let listen = format!("127.0.0.1:{}", free_port());
+    let args = ["run", "--listen", &listen, "--sweep-interval", "1h"];
+    let env = [("KUBECONFIG", kubeconfig.to_str().unwrap())];
+    let setpoint = Setpoint::scoped(&ns.name, &args, &env, cache.path());
+    let deadline = Duration::from_secs(90);
+    wait_for("the first sync", deadline, || {
+        settled_at(&ns, "web", &commit)
+    })
+    .await;
+
+    let took = time_scale_correction(&ns, "web", 1, 3, deadline).await;
+    eprintln!("scale set back in {took:?}");
+    assert!(
+        took < Duration::from_secs(10),
+        "the scale took {took:?} to be set back: not by a watch event\n{}",
+        setpoint.logs()
+    );
+    let logs = setpoint.logs();
+    assert!(
+        !logs.to_lowercase().contains("forbidden"),
+        "something was refused under the namespaced RBAC:\n{logs}"
+    );
 }

@@ -11,16 +11,19 @@
 //! A [`Scope`] limits all of this to the Applications of some namespaces
 //! (`--watch-namespaces`, like Argo CD's `--application-namespaces` and
 //! Flux's `--watch-namespace`): the index holds only those, and a live
-//! object whose Application is elsewhere enqueues nothing.
+//! object whose Application is elsewhere enqueues nothing. The live objects
+//! are then watched per namespace (each namespace the Applications' objects
+//! are in), as the chart's namespaced RBAC (Roles, no ClusterRole) allows;
+//! cluster-scoped kinds stay cluster-wide.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use kube::api::DynamicObject;
 use kube::core::GroupVersionKind;
 use kube::discovery::ApiResource;
-use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::watcher::{self, Event as WatchEvent};
 use kube::{Api, Client, ResourceExt};
@@ -50,6 +53,11 @@ impl Scope {
             .filter(|ns| !ns.is_empty())
             .collect();
         Self { namespaces }
+    }
+
+    /// Every namespace: no `--watch-namespaces`.
+    pub fn is_all(&self) -> bool {
+        self.namespaces.is_empty()
     }
 
     pub fn contains(&self, namespace: &str) -> bool {
@@ -95,6 +103,29 @@ impl std::fmt::Display for Scope {
     }
 }
 
+/// How long the API server keeps one watch open (`timeoutSeconds`) before
+/// closing it; the watcher then resumes from the last resourceVersion it saw
+/// or was sent as a bookmark (bookmarks are on), without a relist. kube gives
+/// up on a watch that stays silent 5 s longer than this, so a connection that
+/// stalls without closing is replaced within about a minute.
+const WATCH_TIMEOUT_SECONDS: u32 = 60;
+
+/// The client the watches list and watch with: kube sets no read timeout,
+/// and a relist sent to an API server that had just restarted was seen to
+/// get no answer at all, leaving its watch (and drift) stuck. A read
+/// timeout above the watch timeout bounds that without cutting quiet
+/// watches, which the API server closes first.
+pub fn client(mut config: kube::Config) -> Result<Client, kube::Error> {
+    config.read_timeout = Some(Duration::from_secs(u64::from(WATCH_TIMEOUT_SECONDS) + 15));
+    // Counted from each request, not from when its pooled connection idled.
+    config.reset_reader_on_write = true;
+    Client::try_from(config)
+}
+
+fn watch_config() -> watcher::Config {
+    watcher::Config::default().timeout(WATCH_TIMEOUT_SECONDS)
+}
+
 /// Runs the Application watch over `scope` (feeding `writer`; enqueueing
 /// spec changes when `apps` is true) and, when `objects` is true, the
 /// live-object watches.
@@ -114,22 +145,27 @@ pub async fn run(
     let admitted = scope.clone();
     let stream = reflector::reflector(
         writer,
-        watcher::watcher(
-            scope.applications(client.clone()),
-            watcher::Config::default(),
-        )
-        .default_backoff()
-        .filter(move |event| {
+        watcher::watcher(scope.applications(client.clone()), watch_config()).filter(move |event| {
             let keep = event.as_ref().map_or(true, |event| admitted.admits(event));
             std::future::ready(keep)
         }),
     );
     futures::pin_mut!(stream);
+    let mut retry = Retry::default();
     while let Some(event) = stream.next().await {
         let event = match event {
-            Ok(event) => event,
+            Ok(event) => {
+                retry.reset();
+                event
+            }
             Err(error) => {
-                tracing::warn!(%error, "Application watch failed; retrying");
+                let pause = retry.next(refused(&error), Instant::now());
+                if pause.warn {
+                    tracing::warn!(%error, retry_in = ?pause.delay, "Application watch failed; retrying");
+                } else {
+                    tracing::debug!(%error, retry_in = ?pause.delay, "Application watch failed; retrying");
+                }
+                tokio::time::sleep(pause.delay).await;
                 continue;
             }
         };
@@ -157,11 +193,11 @@ pub async fn run(
             }
         }
         if objects && !listing {
-            let kinds = kinds_in_use(&store);
+            let targets = watch_targets(&store.state(), &scope);
             watches
                 .lock()
                 .expect("watches lock")
-                .sync(&client, &queue, &scope, kinds);
+                .sync(&client, &queue, &scope, targets);
         }
     }
 }
@@ -171,19 +207,54 @@ fn generation_unobserved(app: &Application) -> bool {
     app.status.as_ref().and_then(|s| s.observed_generation) != app.metadata.generation
 }
 
-/// Every (group, version, kind) some Application's last status lists.
-fn kinds_in_use(store: &Store<Application>) -> BTreeSet<(String, String, String)> {
-    store
-        .state()
-        .iter()
+/// One live-object watch: a kind, in one namespace or in all of them.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+struct Target {
+    group: String,
+    version: String,
+    kind: String,
+    /// None: cluster-wide (every namespace, or a cluster-scoped kind).
+    namespace: Option<String>,
+}
+
+impl std::fmt::Display for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let group = if self.group.is_empty() {
+            String::new()
+        } else {
+            format!("{}/", self.group)
+        };
+        write!(f, "{group}{} {}", self.version, self.kind)?;
+        match &self.namespace {
+            Some(namespace) => write!(f, " in {namespace}"),
+            None => f.write_str(" in the cluster"),
+        }
+    }
+}
+
+/// The watches the Applications' last statuses call for: one per kind
+/// cluster-wide; with a scope, one per kind and namespace its objects are
+/// in (a cluster-scoped kind's objects have none), so that Roles in those
+/// namespaces are enough.
+fn watch_targets(apps: &[Arc<Application>], scope: &Scope) -> BTreeSet<Target> {
+    apps.iter()
         .flat_map(|app| app.status.iter().flat_map(|s| s.resources.iter()))
-        .map(|r| (r.group.clone(), r.version.clone(), r.kind.clone()))
+        .map(|r| Target {
+            group: r.group.clone(),
+            version: r.version.clone(),
+            kind: r.kind.clone(),
+            namespace: if scope.is_all() {
+                None
+            } else {
+                r.namespace.clone()
+            },
+        })
         .collect()
 }
 
 #[derive(Default)]
 struct KindWatches {
-    running: HashMap<(String, String, String), JoinHandle<()>>,
+    running: HashMap<Target, JoinHandle<()>>,
 }
 
 impl KindWatches {
@@ -192,99 +263,270 @@ impl KindWatches {
         client: &Client,
         queue: &Arc<dyn Queue>,
         scope: &Scope,
-        wanted: BTreeSet<(String, String, String)>,
+        wanted: BTreeSet<Target>,
     ) {
-        self.running.retain(|kind, task| {
-            let keep = wanted.contains(kind) && !task.is_finished();
+        self.running.retain(|target, task| {
+            let keep = wanted.contains(target) && !task.is_finished();
             if !keep {
-                tracing::info!(kind = ?kind, "stopping watch");
+                tracing::info!(%target, "stopping watch");
                 task.abort();
             }
             keep
         });
-        for kind in wanted {
-            if self.running.contains_key(&kind) {
+        for target in wanted {
+            if self.running.contains_key(&target) {
                 continue;
             }
-            tracing::info!(kind = ?kind, "starting watch");
-            let gvk = GroupVersionKind::gvk(&kind.0, &kind.1, &kind.2);
+            tracing::info!(%target, "starting watch");
             let task = tokio::spawn(watch_kind(
                 client.clone(),
-                ApiResource::from_gvk(&gvk),
+                target.clone(),
                 queue.clone(),
                 scope.clone(),
             ));
-            self.running.insert(kind, task);
+            self.running.insert(target, task);
         }
+    }
+}
+
+/// The pauses of one watch after failures. Short and capped low: the
+/// watches are few (one per kind in use), and an API server back from a
+/// restart must be watched again within seconds. kube's default backoff
+/// (0.8 s doubling to 30 s, reset only by an event, which a quiet kind may
+/// not have) left scales uncorrected for tens of seconds after each restart.
+/// A refusal (403, or a kind the API server does not serve) is retried
+/// slowly and warned about once: it lasts until someone changes RBAC or
+/// installs a CRD, and the sweep still corrects what it hides.
+#[derive(Debug, Default)]
+struct Retry {
+    failures: u32,
+    warned_at: Option<Instant>,
+    refusal_warned: bool,
+}
+
+/// What to do after one failure.
+#[derive(Debug, PartialEq)]
+struct Pause {
+    delay: Duration,
+    /// Log it as a warning (else debug): the first failure of a run of them,
+    /// at most one a minute, and a refusal only once.
+    warn: bool,
+}
+
+impl Retry {
+    const FIRST: Duration = Duration::from_millis(250);
+    const MAX: Duration = Duration::from_secs(2);
+    const REFUSED: Duration = Duration::from_secs(300);
+    const WARN_EVERY: Duration = Duration::from_secs(60);
+
+    fn next(&mut self, refused: bool, now: Instant) -> Pause {
+        self.failures = self.failures.saturating_add(1);
+        if refused {
+            let warn = !self.refusal_warned;
+            self.refusal_warned = true;
+            return Pause {
+                delay: Self::REFUSED,
+                warn,
+            };
+        }
+        let warn = self
+            .warned_at
+            .is_none_or(|at| now.duration_since(at) >= Self::WARN_EVERY);
+        if warn {
+            self.warned_at = Some(now);
+        }
+        let doubled = Self::FIRST.saturating_mul(1 << (self.failures - 1).min(16));
+        Pause {
+            delay: doubled.min(Self::MAX).mul_f64(jitter()),
+            warn,
+        }
+    }
+
+    /// An event came through: the next failure starts short again.
+    fn reset(&mut self) {
+        self.failures = 0;
+        self.warned_at = None;
+        self.refusal_warned = false;
+    }
+}
+
+/// A factor in [0.5, 1], so that watches failing together do not all retry
+/// at the same instant.
+fn jitter() -> f64 {
+    use std::hash::{BuildHasher, RandomState};
+    let random = RandomState::new().hash_one(Instant::now());
+    0.5 + (random % 1001) as f64 / 2000.0
+}
+
+/// A failure that retrying soon will not cure.
+fn refused(error: &watcher::Error) -> bool {
+    match error {
+        watcher::Error::InitialListFailed(error)
+        | watcher::Error::WatchStartFailed(error)
+        | watcher::Error::WatchFailed(error) => api_refused(error),
+        watcher::Error::WatchError(status) => matches!(status.code, 403 | 404),
+        watcher::Error::NoResourceVersion => false,
+    }
+}
+
+fn api_refused(error: &kube::Error) -> bool {
+    match error {
+        kube::Error::Api(status) => matches!(status.code, 403 | 404),
+        kube::Error::Discovery(_) => true,
+        _ => false,
     }
 }
 
 /// What the watch remembers of one object to tell a real change from a replay.
 #[derive(Clone, PartialEq, Eq)]
 struct Seen {
+    owner: AppKey,
     signature: String,
     health: Health,
 }
 
-async fn watch_kind(client: Client, resource: ApiResource, queue: Arc<dyn Queue>, scope: Scope) {
-    // `ApiResource::from_gvk` guesses the plural; discovery knows it.
-    let resource = match kube::discovery::pinned_kind(
-        &client,
-        &GroupVersionKind::gvk(&resource.group, &resource.version, &resource.kind),
-    )
-    .await
-    {
-        Ok((resource, _)) => resource,
-        Err(error) => {
-            tracing::warn!(kind = %resource.kind, %error, "cannot watch a kind discovery does not know");
-            return;
+type ObjectKey = (Option<String>, String);
+
+async fn watch_kind(client: Client, target: Target, queue: Arc<dyn Queue>, scope: Scope) {
+    let gvk = GroupVersionKind::gvk(&target.group, &target.version, &target.kind);
+    let mut retry = Retry::default();
+    // `ApiResource::from_gvk` guesses the plural; discovery knows it. The
+    // API server may be down now: ask again until it answers.
+    let (resource, kind_scope) = loop {
+        match kube::discovery::pinned_kind(&client, &gvk).await {
+            Ok((resource, capabilities)) => break (resource, capabilities.scope),
+            Err(error) => {
+                let pause = retry.next(api_refused(&error), Instant::now());
+                if pause.warn {
+                    tracing::warn!(%target, %error, retry_in = ?pause.delay, "cannot discover a kind to watch");
+                }
+                tokio::time::sleep(pause.delay).await;
+            }
         }
     };
-    let api: Api<DynamicObject> = Api::all_with(client, &resource);
-    let config = watcher::Config::default().labels(APP_LABEL);
-    let stream = watcher::watcher(api, config).default_backoff();
+    retry.reset();
+    let api: Api<DynamicObject> = match (&target.namespace, kind_scope) {
+        (Some(namespace), kube::discovery::Scope::Namespaced) => {
+            Api::namespaced_with(client, namespace, &resource)
+        }
+        _ => Api::all_with(client, &resource),
+    };
+    let stream = watcher::watcher(api, watch_config().labels(APP_LABEL));
     futures::pin_mut!(stream);
-    let mut seen: HashMap<(Option<String>, String), Seen> = HashMap::new();
+    let mut seen: HashMap<ObjectKey, Seen> = HashMap::new();
+    // During a (re)list: the objects it returned so far.
+    let mut listed: Option<BTreeSet<ObjectKey>> = None;
     while let Some(event) = stream.next().await {
-        match event {
-            Ok(WatchEvent::Apply(object) | WatchEvent::InitApply(object)) => {
-                let Some(owner) = owner(&object).filter(|o| scope.contains(&o.namespace)) else {
-                    continue;
-                };
-                let value = serde_json::to_value(&object).unwrap_or(Value::Null);
-                let now = Seen {
-                    signature: signature(&value),
-                    health: assess(&resource.group, &resource.kind, &value).status,
-                };
-                let key = (object.namespace(), object.name_any());
-                let before = seen.insert(key, now.clone());
-                let Some(before) = before else { continue };
-                let cause = if before.health != now.health {
-                    Some("health changed")
-                } else if before.signature != now.signature && changed_by_others(&value) {
-                    Some("changed outside Setpoint")
-                } else {
-                    None
-                };
-                if let Some(why) = cause {
-                    let object = format!("{} {}", resource.kind, object.name_any());
-                    tracing::debug!(app = %owner, %object, why, "enqueue");
-                    publish(&queue, Event::new(owner, Cause::Drift { object })).await;
-                }
+        let event = match event {
+            Ok(event) => {
+                retry.reset();
+                event
             }
-            Ok(WatchEvent::Delete(object)) => {
-                seen.remove(&(object.namespace(), object.name_any()));
-                if let Some(owner) = owner(&object).filter(|o| scope.contains(&o.namespace)) {
-                    let object = format!("{} {} (deleted)", resource.kind, object.name_any());
-                    publish(&queue, Event::new(owner, Cause::Drift { object })).await;
-                }
-            }
-            Ok(WatchEvent::Init | WatchEvent::InitDone) => {}
             Err(error) => {
-                tracing::debug!(kind = %resource.kind, %error, "watch interrupted; resuming")
+                let refusal = refused(&error);
+                let pause = retry.next(refusal, Instant::now());
+                if pause.warn && refusal {
+                    tracing::warn!(%target, %error, retry_in = ?pause.delay, "cannot watch; drift of these objects waits for the sweep");
+                } else if pause.warn {
+                    tracing::warn!(%target, %error, retry_in = ?pause.delay, "watch interrupted; resuming");
+                } else {
+                    tracing::debug!(%target, %error, retry_in = ?pause.delay, "watch interrupted; resuming");
+                }
+                tokio::time::sleep(pause.delay).await;
+                continue;
             }
+        };
+        let drift = match event {
+            WatchEvent::Init => {
+                listed = Some(BTreeSet::new());
+                Vec::new()
+            }
+            WatchEvent::InitApply(object) => {
+                if let Some(listed) = listed.as_mut() {
+                    listed.insert((object.namespace(), object.name_any()));
+                }
+                applied(&mut seen, &resource, &scope, &object)
+                    .into_iter()
+                    .collect()
+            }
+            WatchEvent::Apply(object) => applied(&mut seen, &resource, &scope, &object)
+                .into_iter()
+                .collect(),
+            // A relist after the watch fell too far behind (410 Gone, as
+            // after an API server restart) sends no deletes: what it no
+            // longer returns was deleted meanwhile.
+            WatchEvent::InitDone => {
+                let listed = listed.take().unwrap_or_default();
+                gone_from_listing(&mut seen, &listed)
+                    .into_iter()
+                    .map(|(key, before)| {
+                        let object = format!("{} {} (deleted)", resource.kind, key.1);
+                        (before.owner, object, "deleted")
+                    })
+                    .collect()
+            }
+            WatchEvent::Delete(object) => {
+                seen.remove(&(object.namespace(), object.name_any()));
+                owner(&object)
+                    .filter(|o| scope.contains(&o.namespace))
+                    .map(|owner| {
+                        let object = format!("{} {} (deleted)", resource.kind, object.name_any());
+                        (owner, object, "deleted")
+                    })
+                    .into_iter()
+                    .collect()
+            }
+        };
+        for (owner, object, why) in drift {
+            tracing::debug!(app = %owner, %object, why, "enqueue");
+            publish(&queue, Event::new(owner, Cause::Drift { object })).await;
         }
     }
+}
+
+/// The objects seen before that a (re)list did not return, forgotten.
+fn gone_from_listing(
+    seen: &mut HashMap<ObjectKey, Seen>,
+    listed: &BTreeSet<ObjectKey>,
+) -> Vec<(ObjectKey, Seen)> {
+    let gone: Vec<ObjectKey> = seen
+        .keys()
+        .filter(|key| !listed.contains(*key))
+        .cloned()
+        .collect();
+    gone.into_iter()
+        .filter_map(|key| seen.remove(&key).map(|before| (key, before)))
+        .collect()
+}
+
+/// An object added or changed: remembered, and returned as drift of its
+/// Application when someone else changed it or its health changed.
+fn applied(
+    seen: &mut HashMap<ObjectKey, Seen>,
+    resource: &ApiResource,
+    scope: &Scope,
+    object: &DynamicObject,
+) -> Option<(AppKey, String, &'static str)> {
+    let owner = owner(object).filter(|o| scope.contains(&o.namespace))?;
+    let value = serde_json::to_value(object).unwrap_or(Value::Null);
+    let now = Seen {
+        owner: owner.clone(),
+        signature: signature(&value),
+        health: assess(&resource.group, &resource.kind, &value).status,
+    };
+    let before = seen.insert((object.namespace(), object.name_any()), now.clone())?;
+    let why = if before.health != now.health {
+        "health changed"
+    } else if before.signature != now.signature && changed_by_others(&value) {
+        "changed outside Setpoint"
+    } else {
+        return None;
+    };
+    Some((
+        owner,
+        format!("{} {}", resource.kind, object.name_any()),
+        why,
+    ))
 }
 
 fn owner(object: &DynamicObject) -> Option<AppKey> {
@@ -425,6 +667,139 @@ mod tests {
             ],
         );
         assert!(!changed_by_others(&status));
+    }
+
+    fn app_with(resources: &[(&str, &str, Option<&str>)]) -> Arc<Application> {
+        let mut app = app_in("team-a");
+        app.status = Some(crate::api::ApplicationStatus {
+            resources: resources
+                .iter()
+                .map(|(group, kind, namespace)| crate::api::ResourceStatus {
+                    group: group.to_string(),
+                    version: "v1".into(),
+                    kind: kind.to_string(),
+                    namespace: namespace.map(str::to_string),
+                    name: "x".into(),
+                    sync: Default::default(),
+                    health: Health::Healthy,
+                    message: None,
+                })
+                .collect(),
+            ..Default::default()
+        });
+        Arc::new(app)
+    }
+
+    #[test]
+    fn watches_are_per_namespace_only_within_a_scope() {
+        let apps = [
+            app_with(&[
+                ("apps", "Deployment", Some("team-a")),
+                ("", "Namespace", None),
+            ]),
+            app_with(&[("apps", "Deployment", Some("team-b"))]),
+        ];
+        let shown = |scope: &Scope| -> Vec<String> {
+            watch_targets(&apps, scope)
+                .iter()
+                .map(Target::to_string)
+                .collect()
+        };
+        assert_eq!(
+            shown(&Scope::new(Vec::<String>::new())),
+            [
+                "v1 Namespace in the cluster",
+                "apps/v1 Deployment in the cluster"
+            ]
+        );
+        assert_eq!(
+            shown(&Scope::new(["team-a", "team-b"])),
+            [
+                "v1 Namespace in the cluster",
+                "apps/v1 Deployment in team-a",
+                "apps/v1 Deployment in team-b"
+            ]
+        );
+    }
+
+    #[test]
+    fn retries_start_short_double_and_stay_within_two_seconds() {
+        let mut retry = Retry::default();
+        let now = Instant::now();
+        let delays: Vec<Duration> = (0..8).map(|_| retry.next(false, now).delay).collect();
+        // Jitter takes up to half of each delay away, never adds.
+        assert!(delays[0] >= Duration::from_millis(125) && delays[0] <= Retry::FIRST);
+        assert!(delays[2] >= Duration::from_millis(500) && delays[2] <= Duration::from_secs(1));
+        assert!(delays.iter().all(|d| *d <= Retry::MAX), "{delays:?}");
+        assert!(delays[7] >= Retry::MAX / 2, "{delays:?}");
+        retry.reset();
+        assert!(retry.next(false, now).delay <= Retry::FIRST);
+    }
+
+    #[test]
+    fn a_run_of_failures_warns_once_a_minute() {
+        let mut retry = Retry::default();
+        let start = Instant::now();
+        assert!(retry.next(false, start).warn);
+        assert!(!retry.next(false, start + Duration::from_secs(2)).warn);
+        assert!(!retry.next(false, start + Duration::from_secs(59)).warn);
+        assert!(retry.next(false, start + Duration::from_secs(61)).warn);
+        retry.reset();
+        assert!(retry.next(false, start + Duration::from_secs(62)).warn);
+    }
+
+    #[test]
+    fn a_refusal_is_retried_slowly_and_warned_about_once() {
+        let mut retry = Retry::default();
+        let now = Instant::now();
+        assert_eq!(
+            retry.next(true, now),
+            Pause {
+                delay: Retry::REFUSED,
+                warn: true
+            }
+        );
+        let later = now + Duration::from_secs(3600);
+        assert_eq!(
+            retry.next(true, later),
+            Pause {
+                delay: Retry::REFUSED,
+                warn: false
+            }
+        );
+    }
+
+    #[test]
+    fn forbidden_and_unknown_kinds_are_refusals_and_outages_are_not() {
+        let status = |code: u16| kube::core::Status {
+            code,
+            ..Default::default()
+        };
+        let api = |code| kube::Error::Api(Box::new(status(code)));
+        assert!(refused(&watcher::Error::InitialListFailed(api(403))));
+        assert!(refused(&watcher::Error::WatchStartFailed(api(404))));
+        assert!(refused(&watcher::Error::WatchError(Box::new(status(403)))));
+        assert!(!refused(&watcher::Error::WatchError(Box::new(status(410)))));
+        assert!(!refused(&watcher::Error::InitialListFailed(api(503))));
+        assert!(!refused(&watcher::Error::NoResourceVersion));
+    }
+
+    #[test]
+    fn a_relist_that_misses_an_object_reports_it_deleted() {
+        let seen_as = |name: &str| Seen {
+            owner: AppKey::new("team", name),
+            signature: String::new(),
+            health: Health::Healthy,
+        };
+        let key = |name: &str| (Some("team".to_string()), name.to_string());
+        let mut seen: HashMap<ObjectKey, Seen> =
+            [(key("kept"), seen_as("a")), (key("removed"), seen_as("b"))].into();
+        let listed: BTreeSet<ObjectKey> = [key("kept"), key("new")].into();
+        let gone = gone_from_listing(&mut seen, &listed);
+        assert_eq!(gone.len(), 1);
+        assert_eq!(gone[0].0, key("removed"));
+        assert_eq!(gone[0].1.owner, AppKey::new("team", "b"));
+        assert_eq!(seen.keys().collect::<Vec<_>>(), vec![&key("kept")]);
     }
 
     #[test]

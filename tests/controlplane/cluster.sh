@@ -8,6 +8,11 @@
 #   cluster.sh up      start everything (does nothing when already up)
 #   cluster.sh down    stop what `up` started and remove its data
 #   cluster.sh status  exit 0 when the cluster is up and answering
+#   cluster.sh restart-apiserver [SECONDS]
+#                      stop kube-apiserver, leave it down SECONDS (default 0),
+#                      start it again on the same port and data, then restart
+#                      kube-controller-manager and kube-scheduler (they stop
+#                      syncing some controllers after an API server restart)
 #
 # Environment: K8S_VERSION (the pinned release, must match go.mod),
 # SETPOINT_CACHE (default ~/.cache/setpoint), CLUSTER_DIR (default
@@ -106,6 +111,17 @@ stop_all() {
   done
 }
 
+# stop_one NAME: SIGTERM, then SIGKILL after 10 s.
+stop_one() {
+  local p
+  p="$(pid_of "$1")"
+  [[ -n "$p" ]] || return 0
+  kill -TERM "$p" 2>/dev/null || true
+  for _ in $(seq 1 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.2; done
+  kill -KILL "$p" 2>/dev/null || true
+  rm -f "$dir/pids/$1.pid"
+}
+
 # A process that died during start: show why, stop the others, fail.
 fail_start() {
   local c="$1" why="$2"
@@ -181,6 +197,38 @@ current-context: setpoint-local
 EOF
 }
 
+# start_apiserver ETCD_PORT API_PORT: kube-apiserver on that port, until ready.
+start_apiserver() {
+  local etcd_port="$1" api_port="$2" pki="$dir/pki"
+  log "starting kube-apiserver on 127.0.0.1:$api_port"
+  start kube-apiserver --etcd-servers "http://127.0.0.1:$etcd_port" \
+    --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$api_port" \
+    --endpoint-reconciler-type none \
+    --tls-cert-file "$pki/server.crt" --tls-private-key-file "$pki/server.key" \
+    --client-ca-file "$pki/ca.crt" \
+    --service-account-key-file "$pki/sa.pub" --service-account-signing-key-file "$pki/sa.key" \
+    --service-account-issuer https://kubernetes.default.svc.cluster.local \
+    --service-cluster-ip-range 10.0.0.0/24 --authorization-mode RBAC \
+    --allow-privileged --profiling=false --enable-priority-and-fairness=false \
+    --max-requests-inflight 2000 --max-mutating-requests-inflight 1000 \
+    --cert-dir "$dir/apiserver-certs"
+  wait_until kube-apiserver 120 kubectl_ get --raw /readyz
+}
+
+# The controllers that talk to the API server only (kwok is started apart).
+start_controllers() {
+  local pki="$dir/pki"
+  start kube-controller-manager --kubeconfig "$dir/kubeconfig" \
+    --authentication-kubeconfig "$dir/kubeconfig" --authorization-kubeconfig "$dir/kubeconfig" \
+    --service-account-private-key-file "$pki/sa.key" --root-ca-file "$pki/ca.crt" \
+    --use-service-account-credentials=false --leader-elect=false --secure-port 0 \
+    --controllers '*' --kube-api-qps 500 --kube-api-burst 1000 --concurrent-deployment-syncs 10 \
+    --concurrent-replicaset-syncs 10 --node-monitor-grace-period 60s
+  start kube-scheduler --kubeconfig "$dir/kubeconfig" \
+    --authentication-kubeconfig "$dir/kubeconfig" --authorization-kubeconfig "$dir/kubeconfig" \
+    --leader-elect=false --secure-port 0 --kube-api-qps 500 --kube-api-burst 1000
+}
+
 cmd_up() {
   if cmd_status; then
     log "already up: $(grep server: "$dir/kubeconfig" | awk '{print $2}') (KUBECONFIG=$dir/kubeconfig)"
@@ -198,6 +246,7 @@ cmd_up() {
   local etcd_port etcd_peer api_port
   etcd_port="$(free_port)"; etcd_peer="$(free_port)"; api_port="$(free_port)"
   write_kubeconfig "$api_port"
+  echo "$etcd_port $api_port" >"$dir/ports"
   local pki="$dir/pki"
 
   log "starting etcd on 127.0.0.1:$etcd_port"
@@ -208,30 +257,10 @@ cmd_up() {
     --unsafe-no-fsync --quota-backend-bytes 4294967296
   wait_until etcd 60 curl -sf "http://127.0.0.1:$etcd_port/health"
 
-  log "starting kube-apiserver on 127.0.0.1:$api_port"
-  start kube-apiserver --etcd-servers "http://127.0.0.1:$etcd_port" \
-    --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$api_port" \
-    --endpoint-reconciler-type none \
-    --tls-cert-file "$pki/server.crt" --tls-private-key-file "$pki/server.key" \
-    --client-ca-file "$pki/ca.crt" \
-    --service-account-key-file "$pki/sa.pub" --service-account-signing-key-file "$pki/sa.key" \
-    --service-account-issuer https://kubernetes.default.svc.cluster.local \
-    --service-cluster-ip-range 10.0.0.0/24 --authorization-mode RBAC \
-    --allow-privileged --profiling=false --enable-priority-and-fairness=false \
-    --max-requests-inflight 2000 --max-mutating-requests-inflight 1000 \
-    --cert-dir "$dir/apiserver-certs"
-  wait_until kube-apiserver 120 kubectl_ get --raw /readyz
+  start_apiserver "$etcd_port" "$api_port"
 
   log "starting kube-controller-manager, kube-scheduler and kwok"
-  start kube-controller-manager --kubeconfig "$dir/kubeconfig" \
-    --authentication-kubeconfig "$dir/kubeconfig" --authorization-kubeconfig "$dir/kubeconfig" \
-    --service-account-private-key-file "$pki/sa.key" --root-ca-file "$pki/ca.crt" \
-    --use-service-account-credentials=false --leader-elect=false --secure-port 0 \
-    --controllers '*' --kube-api-qps 500 --kube-api-burst 1000 --concurrent-deployment-syncs 10 \
-    --concurrent-replicaset-syncs 10 --node-monitor-grace-period 60s
-  start kube-scheduler --kubeconfig "$dir/kubeconfig" \
-    --authentication-kubeconfig "$dir/kubeconfig" --authorization-kubeconfig "$dir/kubeconfig" \
-    --leader-elect=false --secure-port 0 --kube-api-qps 500 --kube-api-burst 1000
+  start_controllers
   start kwok --kubeconfig "$dir/kubeconfig" --config "$bin/kwok-stages.yaml" \
     --manage-all-nodes=false \
     --manage-nodes-with-annotation-selector kwok.x-k8s.io/node=fake \
@@ -261,6 +290,24 @@ EOF
   log "up in $((SECONDS - start_time))s: node $node_name Ready; KUBECONFIG=$dir/kubeconfig"
 }
 
+cmd_restart_apiserver() {
+  local down="${1:-0}" etcd_port api_port
+  [[ -f "$dir/ports" ]] || die "no cluster in $dir to restart (start one with: CLUSTER_DIR=$dir $0 up)"
+  alive kube-apiserver || die "kube-apiserver is not running in $dir"
+  read -r etcd_port api_port <"$dir/ports"
+  local start_time=$SECONDS
+  log "stopping kube-apiserver on 127.0.0.1:$api_port"
+  stop_one kube-apiserver
+  ((down > 0)) && { log "kube-apiserver down for ${down}s"; sleep "$down"; }
+  start_apiserver "$etcd_port" "$api_port"
+  log "restarting kube-controller-manager and kube-scheduler"
+  stop_one kube-controller-manager
+  stop_one kube-scheduler
+  start_controllers
+  for c in kube-controller-manager kube-scheduler; do alive "$c" || fail_start "$c" "exited during start"; done
+  log "kube-apiserver restarted in $((SECONDS - start_time))s"
+}
+
 cmd_down() {
   if [[ -d "$dir/pids" ]]; then
     stop_all
@@ -274,5 +321,6 @@ case "${1:-}" in
   up) cmd_up ;;
   down) cmd_down ;;
   status) cmd_status ;;
-  *) echo "usage: $0 build|up|down|status" >&2; exit 2 ;;
+  restart-apiserver) cmd_restart_apiserver "${2:-0}" ;;
+  *) echo "usage: $0 build|up|down|status|restart-apiserver [SECONDS]" >&2; exit 2 ;;
 esac

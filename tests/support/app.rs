@@ -164,3 +164,51 @@ fn synced_in(status: &ApplicationStatus, commit: &str) -> Result<(), String> {
         (sync, revision) => Err(format!("{sync:?} at {revision:?}")),
     }
 }
+
+/// A Deployment manifest: `replicas` pods labelled `app: <name>`.
+pub fn deployment_yaml(name: &str, replicas: u32) -> String {
+    format!(
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: {name}\nspec:\n  replicas: {replicas}\n  selector:\n    matchLabels: {{app: {name}}}\n  template:\n    metadata:\n      labels: {{app: {name}}}\n    spec:\n      containers:\n      - name: app\n        image: app:1\n"
+    )
+}
+
+/// Scales the Deployment `name` to `replicas` as `kubectl scale` does (the
+/// scale subresource, field manager `kubectl`), retrying until the API
+/// server takes it, then waits until it is back at `desired` replicas and
+/// returns how long that took from the accepted scale.
+pub async fn time_scale_correction(
+    ns: &TestNamespace,
+    name: &str,
+    replicas: i32,
+    desired: i32,
+    deadline: Duration,
+) -> Duration {
+    use k8s_openapi::api::apps::v1::Deployment;
+    let deployments = ns.api::<Deployment>();
+    let kubectl = PatchParams {
+        field_manager: Some("kubectl".into()),
+        ..Default::default()
+    };
+    let patch = Patch::Merge(serde_json::json!({"spec": {"replicas": replicas}}));
+    super::wait_for("the scale to be accepted", deadline, || async {
+        deployments
+            .patch_scale(name, &kubectl, &patch)
+            .await
+            .map_err(|e| e.to_string())
+    })
+    .await;
+    let scaled = std::time::Instant::now();
+    super::wait_for(
+        &format!("{name} to be set back to {desired} replicas"),
+        deadline,
+        || async {
+            let live = deployments.get(name).await.map_err(|e| e.to_string())?;
+            match live.spec.replicas {
+                Some(n) if n == desired => Ok(()),
+                other => Err(format!("{other:?} replicas")),
+            }
+        },
+    )
+    .await;
+    scaled.elapsed()
+}

@@ -11,7 +11,9 @@ use std::time::{Duration, Instant};
 use setpoint::context::Context;
 use setpoint::context::RequestCount;
 use setpoint::reconcile::Request;
-use support::app::{automated, context, context_with, create_app, get_app, install_crd};
+use support::app::{
+    automated, context, context_with, create_app, get_app, grant_edit, install_crd,
+};
 use support::{GitRepo, TestNamespace};
 
 const OBJECTS: usize = 50;
@@ -130,28 +132,6 @@ async fn noop_runs(ctx: &Context, ns: &TestNamespace) -> (Duration, Duration, Re
     }
     times.sort();
     (times[times.len() / 2], times[times.len() - 1], requests)
-}
-
-async fn grant_edit(ns: &TestNamespace, name: &str) {
-    use k8s_openapi::api::core::v1::ServiceAccount;
-    use k8s_openapi::api::rbac::v1::RoleBinding;
-    use kube::api::PostParams;
-    let sa: ServiceAccount =
-        serde_json::from_value(serde_json::json!({ "metadata": { "name": name } })).unwrap();
-    ns.api::<ServiceAccount>()
-        .create(&PostParams::default(), &sa)
-        .await
-        .unwrap();
-    let binding: RoleBinding = serde_json::from_value(serde_json::json!({
-        "metadata": { "name": format!("{name}-edit") },
-        "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit" },
-        "subjects": [{ "kind": "ServiceAccount", "name": name, "namespace": ns.name }],
-    }))
-    .unwrap();
-    ns.api::<RoleBinding>()
-        .create(&PostParams::default(), &binding)
-        .await
-        .unwrap();
 }
 
 fn ms(d: Duration) -> f64 {

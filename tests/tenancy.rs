@@ -7,16 +7,16 @@ mod support;
 
 use std::collections::BTreeSet;
 
-use k8s_openapi::api::core::v1::{ConfigMap, Secret, ServiceAccount};
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, RoleBinding};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 use setpoint::api::{ConditionStatus, ConditionType, Source};
 use setpoint::reconcile::{ReconcileError, Request};
 use setpoint::tenancy::{Admins, Tenancy};
 use support::app::{
-    automated, context_with, create_app, create_app_from, event_notes, get_app, install_crd,
-    reconcile_app,
+    automated, context_with, create_app, create_app_from, event_notes, get_app, grant_edit,
+    install_crd, reconcile_app,
 };
 use support::{GitRepo, TestNamespace, unique_name};
 
@@ -43,26 +43,6 @@ fn configmap_yaml(name: &str, namespace: Option<&str>, value: &str) -> String {
     format!(
         "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\n{namespace}data:\n  key: \"{value}\"\n"
     )
-}
-
-/// A service account `name` in `ns`, bound to the ClusterRole `edit` there.
-async fn editor(ns: &TestNamespace, name: &str) {
-    let sa: ServiceAccount =
-        serde_json::from_value(serde_json::json!({ "metadata": { "name": name } })).unwrap();
-    ns.api::<ServiceAccount>()
-        .create(&PostParams::default(), &sa)
-        .await
-        .expect("create the service account");
-    let binding: RoleBinding = serde_json::from_value(serde_json::json!({
-        "metadata": { "name": format!("{name}-edit") },
-        "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit" },
-        "subjects": [{ "kind": "ServiceAccount", "name": name, "namespace": ns.name }],
-    }))
-    .unwrap();
-    ns.api::<RoleBinding>()
-        .create(&PostParams::default(), &binding)
-        .await
-        .expect("bind edit");
 }
 
 async fn set_service_account(ns: &TestNamespace, app: &str, sa: &str) {
@@ -97,7 +77,7 @@ async fn configmap(ns: &str, name: &str) -> Option<ConfigMap> {
 async fn a_tenant_syncs_what_its_service_account_may_and_nothing_of_a_forbidden_commit() {
     let ns = TestNamespace::new("tenancy-edit").await;
     install_crd(&ns.client).await;
-    editor(&ns, "deployer").await;
+    grant_edit(&ns, "deployer").await;
     let cache = cache();
     let ctx = context_with(tenants(), &cache).await;
     let repo = GitRepo::new();
@@ -165,7 +145,7 @@ async fn a_tenant_cannot_reach_beyond_its_namespace() {
     let ns = TestNamespace::new("tenancy-own").await;
     let other = TestNamespace::new("tenancy-other").await;
     install_crd(&ns.client).await;
-    editor(&ns, "deployer").await;
+    grant_edit(&ns, "deployer").await;
     let cache = cache();
     let ctx = context_with(tenants(), &cache).await;
 
@@ -261,7 +241,7 @@ async fn a_tenant_cannot_reach_beyond_its_namespace() {
 async fn an_application_never_takes_over_or_prunes_another_applications_objects() {
     let ns = TestNamespace::new("tenancy-owner").await;
     install_crd(&ns.client).await;
-    editor(&ns, "deployer").await;
+    grant_edit(&ns, "deployer").await;
     let cache = cache();
     let ctx = context_with(tenants(), &cache).await;
 
@@ -400,7 +380,7 @@ async fn secrets_appear_in_no_log_line_metric_or_status() {
 
     let ns = TestNamespace::new("tenancy-secrets").await;
     install_crd(&ns.client).await;
-    editor(&ns, "deployer").await;
+    grant_edit(&ns, "deployer").await;
     let github_secret = unique_name("whsec");
     let gitlab_token = unique_name("gltok");
     let git_password = unique_name("gitpw");

@@ -212,3 +212,23 @@ pub async fn time_scale_correction(
     .await;
     scaled.elapsed()
 }
+
+/// A service account `name` in `ns`, bound to the ClusterRole `edit` there.
+pub async fn grant_edit(ns: &TestNamespace, name: &str) {
+    let sa: k8s_openapi::api::core::v1::ServiceAccount =
+        serde_json::from_value(serde_json::json!({ "metadata": { "name": name } })).unwrap();
+    ns.api::<k8s_openapi::api::core::v1::ServiceAccount>()
+        .create(&PostParams::default(), &sa)
+        .await
+        .expect("create the service account");
+    let binding: k8s_openapi::api::rbac::v1::RoleBinding = serde_json::from_value(serde_json::json!({
+        "metadata": { "name": format!("{name}-edit") },
+        "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit" },
+        "subjects": [{ "kind": "ServiceAccount", "name": name, "namespace": ns.name }],
+    }))
+    .unwrap();
+    ns.api::<k8s_openapi::api::rbac::v1::RoleBinding>()
+        .create(&PostParams::default(), &binding)
+        .await
+        .expect("bind edit");
+}

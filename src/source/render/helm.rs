@@ -223,6 +223,24 @@ pub fn check(tree: &Tree, chart_path: &str, helm: &HelmSource) -> Result<(), Ren
     Ok(())
 }
 
+/// The directories of the `file://` dependencies the chart at `chart_dir`
+/// lists (in its Chart.yaml or requirements.yaml), inside the repository.
+pub fn local_dependencies(tree: &Tree, chart_dir: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for name in ["Chart.yaml", "requirements.yaml"] {
+        let Some(file) = tree.file(&super::join(chart_dir, name)) else {
+            continue;
+        };
+        for (_, repository) in file_dependencies(&file.contents) {
+            let relative = repository.trim_start_matches("file://");
+            if let Ok(resolved) = tree.resolve(chart_dir, relative) {
+                out.push(resolved.path);
+            }
+        }
+    }
+    out
+}
+
 /// The `(name, repository)` of each `file://` dependency a Chart.yaml (or a
 /// v1 chart's requirements.yaml) lists; one that does not parse is helm's to
 /// report.

@@ -159,6 +159,23 @@ pub fn check(tree: &Tree, path: &str, limits: &ManifestLimits) -> Result<(), Ren
     Ok(())
 }
 
+/// Every path the kustomization `file` names (inline configurations
+/// included, for the caller to skip), each with whether it may be a
+/// directory kustomize loads as a kustomization of its own. Called after
+/// `check`, which bounded the file.
+pub fn referenced(file: &SourceFile) -> Vec<(String, bool)> {
+    let Some(kustomization) = serde_yaml::Deserializer::from_slice(&file.contents)
+        .next()
+        .and_then(|document| Value::deserialize(document).ok())
+    else {
+        return vec![];
+    };
+    references(&kustomization)
+        .into_iter()
+        .map(|r| (r.path, matches!(r.used, Use::Resource | Use::Plugin)))
+        .collect()
+}
+
 /// The YAML documents of a kustomization or a plugin configuration, within
 /// the manifest limits; one that does not parse is left to kustomize.
 fn load(file: &SourceFile, limits: &ManifestLimits) -> Result<Vec<Value>, RenderError> {

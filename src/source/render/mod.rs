@@ -11,6 +11,7 @@ pub mod confine;
 pub mod directory;
 pub mod exec;
 pub mod helm;
+pub mod inputs;
 pub mod kustomize;
 
 use std::collections::HashMap;

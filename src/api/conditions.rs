@@ -13,6 +13,9 @@ pub enum ConditionType {
     Reconciling,
     /// Setpoint cannot go on until something changes (bad YAML, unknown kind).
     Stalled,
+    /// The render reads more paths than the status keeps: its recorded
+    /// inputs are the whole repository, so every push reconciles it.
+    InputsCapped,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

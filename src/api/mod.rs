@@ -207,6 +207,11 @@ pub struct ApplicationStatus {
     /// `HISTORY_LIMIT`, as Argo CD keeps ten).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub history: Vec<OperationSummary>,
+    /// The repository paths the last render read (a directory stands for
+    /// everything under it; `""` is the whole repository): a push that
+    /// changes none of them does not reconcile this Application.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub source_inputs: Vec<String>,
 }
 
 /// How many operations `status.history` keeps.

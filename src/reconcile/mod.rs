@@ -36,6 +36,7 @@ use crate::manifest::ObjectId;
 use crate::report::events::{Events, error_chain};
 use crate::source::git::Checkout;
 use crate::source::git::{CheckoutRequest, Credentials, GitError};
+use crate::source::render::inputs::Inputs;
 use crate::source::render::{Job, Method, RenderError, directory};
 use crate::tenancy::TenancyError;
 
@@ -159,12 +160,15 @@ async fn render(
     app: &Application,
     credentials: Option<&Credentials>,
     checkout: &Checkout,
-) -> Result<Vec<crate::manifest::Manifest>, ReconcileError> {
+) -> Result<(Vec<crate::manifest::Manifest>, Inputs), ReconcileError> {
     let source = &app.spec.source;
     let method = Method::detect(source, &checkout.path, &checkout.files)?;
     if method == Method::Directory {
         let mut budget = ctx.renderers.settings().budget();
-        return Ok(directory::render(&checkout.files, &mut budget)?);
+        return Ok((
+            directory::render(&checkout.files, &mut budget)?,
+            Inputs::directory(&checkout.path),
+        ));
     }
     let capabilities = match method {
         Method::Helm(_) => Some(ctx.renderers.capabilities(&ctx.client).await?),
@@ -182,8 +186,8 @@ async fn render(
         capabilities: capabilities.as_deref(),
     };
     let key = job.key();
-    if let Some(manifests) = ctx.renderers.cached(&key) {
-        return Ok(manifests.as_ref().clone());
+    if let Some(rendered) = ctx.renderers.cached(&key) {
+        return Ok((rendered.manifests.clone(), rendered.inputs.clone()));
     }
     // The whole tree: bases and values files may live outside the path. The
     // commit is known, so no fetch.
@@ -197,8 +201,8 @@ async fn render(
             known_commit: None,
         })
         .await?;
-    let manifests = ctx.renderers.render(&job, key, &tree.files).await?;
-    Ok(manifests.as_ref().clone())
+    let rendered = ctx.renderers.render(&job, key, &tree.files).await?;
+    Ok((rendered.manifests.clone(), rendered.inputs.clone()))
 }
 
 /// One reconcile of one Application.
@@ -218,6 +222,7 @@ pub async fn reconcile(
             ending: Ending::Suspended,
             operation: None,
             now: now(),
+            inputs: None,
         };
         let (status, status_written) = status_write::write_status(ctx, app, report).await?;
         return Ok(Outcome {
@@ -256,6 +261,7 @@ pub async fn reconcile(
                 ending,
                 operation: None,
                 now: now(),
+                inputs: None,
             };
             tracing::warn!(app = %prepare::owner_key(app), reason, error = %message, "reconcile failed");
             // One Warning per distinct failure, not one per retry.
@@ -302,7 +308,7 @@ async fn sync(
         commit_status::pending(ctx, app, request, &revision);
     }
 
-    let manifests = render(ctx, app, credentials.as_ref(), &checkout).await?;
+    let (manifests, inputs) = render(ctx, app, credentials.as_ref(), &checkout).await?;
     let mut desired = prepare::prepare(&ctx.client, &ctx.kinds, app, manifests).await?;
     let (live, skipped_kinds) = live::read(&client, &ctx.kinds, app, &desired).await?;
     if let Some(error) = apply::terminating_crd(&desired, &live.objects) {
@@ -413,6 +419,7 @@ async fn sync(
         ending: Ending::Done { out_of_sync, note },
         operation,
         now: now(),
+        inputs: Some(inputs),
     };
     let (new_status, status_written) = status_write::write_status(ctx, app, report).await?;
 

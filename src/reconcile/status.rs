@@ -7,6 +7,7 @@ use crate::api::{
     OperationSummary, ResourceStatus, Sync, SyncStatus, set_condition,
 };
 use crate::reconcile::health::worst;
+use crate::source::render::inputs::Inputs;
 
 /// How the reconcile ended, for the conditions.
 #[derive(Clone, Debug, PartialEq)]
@@ -41,6 +42,9 @@ pub struct Report<'a> {
     /// Set when this reconcile changed the cluster.
     pub operation: Option<OperationSummary>,
     pub now: String,
+    /// The repository paths the render read; None when it did not get that
+    /// far (keep the last ones).
+    pub inputs: Option<Inputs>,
 }
 
 pub fn build(report: Report<'_>) -> ApplicationStatus {
@@ -51,8 +55,34 @@ pub fn build(report: Report<'_>) -> ApplicationStatus {
         last_applied_revision: previous.last_applied_revision.clone(),
         operation: report.operation.clone().or(previous.operation.clone()),
         history: previous.history.clone(),
+        source_inputs: report
+            .inputs
+            .as_ref()
+            .map_or(previous.source_inputs.clone(), |i| i.paths.clone()),
         ..Default::default()
     };
+    if let Some(inputs) = &report.inputs {
+        if inputs.capped {
+            set_condition(
+                &mut status.conditions,
+                Condition {
+                    type_: ConditionType::InputsCapped,
+                    status: ConditionStatus::True,
+                    reason: "TooManyInputs".into(),
+                    message: format!(
+                        "the render reads more than {} paths: every push to the repository reconciles this Application",
+                        crate::source::render::inputs::MAX_INPUTS
+                    ),
+                    last_transition_time: report.now.clone(),
+                    observed_generation: report.generation,
+                },
+            );
+        } else {
+            status
+                .conditions
+                .retain(|c| c.type_ != ConditionType::InputsCapped);
+        }
+    }
     if let Some(operation) = &report.operation {
         status.history.insert(0, operation.clone());
         status.history.truncate(crate::api::HISTORY_LIMIT);
@@ -235,8 +265,64 @@ mod tests {
             ]),
             ending,
             operation: None,
+            inputs: None,
             now: now.into(),
         })
+    }
+
+    #[test]
+    fn source_inputs_are_recorded_kept_and_a_cap_is_a_condition() {
+        let done = Ending::Done {
+            out_of_sync: 0,
+            note: None,
+        };
+        let with = |previous: Option<&ApplicationStatus>, inputs: Option<Inputs>| {
+            build(Report {
+                previous,
+                generation: Some(1),
+                revision: Some("0123456789abcdef".into()),
+                resources: Some(vec![]),
+                ending: done.clone(),
+                operation: None,
+                inputs,
+                now: "t".into(),
+            })
+        };
+        let recorded = with(
+            None,
+            Some(Inputs {
+                paths: vec!["bases/web".into(), "envs/prod".into()],
+                capped: false,
+            }),
+        );
+        assert_eq!(recorded.source_inputs, ["bases/web", "envs/prod"]);
+        // A reconcile that did not render keeps the last ones.
+        let kept = with(Some(&recorded), None);
+        assert_eq!(kept.source_inputs, recorded.source_inputs);
+        let capped = with(
+            Some(&recorded),
+            Some(Inputs {
+                paths: vec![String::new()],
+                capped: true,
+            }),
+        );
+        assert_eq!(capped.source_inputs, [""]);
+        let condition = capped
+            .conditions
+            .iter()
+            .find(|c| c.type_ == ConditionType::InputsCapped)
+            .expect("InputsCapped");
+        assert_eq!(condition.status, ConditionStatus::True);
+        assert_eq!(condition.reason, "TooManyInputs");
+        // Gone once the render reads fewer again.
+        let again = with(Some(&capped), Some(Inputs::directory("apps/a")));
+        assert_eq!(again.source_inputs, ["apps/a"]);
+        assert!(
+            again
+                .conditions
+                .iter()
+                .all(|c| c.type_ != ConditionType::InputsCapped)
+        );
     }
 
     fn ready(status: &ApplicationStatus) -> &Condition {
@@ -287,6 +373,7 @@ mod tests {
                     note: None,
                 },
                 operation: Some(operation),
+                inputs: None,
                 now: format!("t{i}"),
             });
         }
@@ -306,6 +393,7 @@ mod tests {
                 note: None,
             },
             operation: None,
+            inputs: None,
             now: "t12".into(),
         });
         assert_eq!(unchanged.history, status.history);
@@ -331,6 +419,7 @@ mod tests {
                 message: "a.yaml: document 0, line 3: bad".into(),
             },
             operation: None,
+            inputs: None,
             now: "t2".into(),
         });
         assert_eq!(stalled.sync.status, Sync::Unknown);
@@ -359,6 +448,7 @@ mod tests {
                 resources: None,
                 ending,
                 operation: None,
+                inputs: None,
                 now: "t1".into(),
             })
         };
@@ -406,6 +496,7 @@ mod tests {
                 note: None,
             },
             operation: None,
+            inputs: None,
             now: "t0".into(),
         });
         assert_eq!(empty.health.status, Health::Healthy);
@@ -433,6 +524,7 @@ mod tests {
                 note: None,
             },
             operation: None,
+            inputs: None,
             now: "t".into(),
         });
         assert_eq!(status.health.status, Health::Progressing);

@@ -333,6 +333,14 @@ impl RenderSettings {
     }
 }
 
+/// One external render's output and the repository paths it read (kept
+/// together, so that a cached render still reports its inputs).
+#[derive(Debug, Default)]
+pub struct Rendered {
+    pub manifests: Vec<Manifest>,
+    pub inputs: inputs::Inputs,
+}
+
 /// The external renderers of one process, with their output cache.
 pub struct Renderers {
     settings: RenderSettings,
@@ -354,7 +362,7 @@ const CAPABILITIES_TTL: Duration = Duration::from_secs(60);
 
 #[derive(Default)]
 struct Cache {
-    entries: HashMap<String, (u64, Arc<Vec<Manifest>>)>,
+    entries: HashMap<String, (u64, Arc<Rendered>)>,
     clock: u64,
 }
 
@@ -387,13 +395,13 @@ impl Renderers {
     }
 
     /// The output of an earlier equal job.
-    pub fn cached(&self, key: &str) -> Option<Arc<Vec<Manifest>>> {
+    pub fn cached(&self, key: &str) -> Option<Arc<Rendered>> {
         let mut cache = self.cache.lock().expect("render cache lock");
         cache.clock += 1;
         let now = cache.clock;
-        let (used, manifests) = cache.entries.get_mut(key)?;
+        let (used, rendered) = cache.entries.get_mut(key)?;
         *used = now;
-        Some(Arc::clone(manifests))
+        Some(Arc::clone(rendered))
     }
 
     /// Runs the job's renderer on `tree` (every file of the repository at
@@ -403,7 +411,7 @@ impl Renderers {
         job: &Job<'_>,
         key: String,
         tree: &[SourceFile],
-    ) -> Result<Arc<Vec<Manifest>>, RenderError> {
+    ) -> Result<Arc<Rendered>, RenderError> {
         // Nothing outside the repository may be read: the tree is checked
         // before anything is written or run.
         let links = confine::read_symlinks(job.mirror, job.commit, self.settings.limits).await?;
@@ -414,6 +422,7 @@ impl Renderers {
             Method::Kustomize => kustomize::check(&checked, job.path, &self.settings.manifest)?,
             Method::Helm(helm) => helm::check(&checked, job.path, helm)?,
         }
+        let inputs = inputs::collect(&checked, job.path, job.method, inputs::MAX_INPUTS);
         std::fs::create_dir_all(&self.scratch).map_err(RenderError::Scratch)?;
         let dir = tempfile::Builder::new()
             .prefix("render-")
@@ -445,16 +454,16 @@ impl Renderers {
             elapsed = ?started.elapsed(),
             "rendered"
         );
-        let manifests = Arc::new(manifests);
-        self.insert(key, Arc::clone(&manifests));
-        Ok(manifests)
+        let rendered = Arc::new(Rendered { manifests, inputs });
+        self.insert(key, Arc::clone(&rendered));
+        Ok(rendered)
     }
 
-    fn insert(&self, key: String, manifests: Arc<Vec<Manifest>>) {
+    fn insert(&self, key: String, rendered: Arc<Rendered>) {
         let mut cache = self.cache.lock().expect("render cache lock");
         cache.clock += 1;
         let now = cache.clock;
-        cache.entries.insert(key, (now, manifests));
+        cache.entries.insert(key, (now, rendered));
         if cache.entries.len() > self.settings.cache_entries.max(1) {
             // The least recently used goes.
             if let Some(oldest) = cache

@@ -162,6 +162,7 @@ mod tests {
             repo_url: URL.into(),
             target_revision: None,
             path: None,
+            inputs: vec![],
         };
         let request = crate::source::git::CheckoutRequest {
             url: URL,

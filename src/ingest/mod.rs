@@ -27,6 +27,11 @@ impl AppIndex for StoreIndex {
                 repo_url: app.spec.source.repo_url.clone(),
                 target_revision: app.spec.source.target_revision.clone(),
                 path: app.spec.source.path.clone(),
+                inputs: app
+                    .status
+                    .as_ref()
+                    .map(|s| s.source_inputs.clone())
+                    .unwrap_or_default(),
             })
             .collect()
     }

@@ -74,6 +74,9 @@ pub struct AppSource {
     pub target_revision: Option<String>,
     /// The directory the Application reads; `None` is the repository root.
     pub path: Option<String>,
+    /// What its last render read (`status.sourceInputs`): repository paths,
+    /// a directory standing for everything under it. Empty until it renders.
+    pub inputs: Vec<String>,
 }
 
 impl fmt::Debug for AppSource {
@@ -84,6 +87,7 @@ impl fmt::Debug for AppSource {
             .field("repo_url", &crate::secret::ShownUrl(&self.repo_url))
             .field("target_revision", &self.target_revision)
             .field("path", &self.path)
+            .field("inputs", &self.inputs)
             .finish()
     }
 }

@@ -12,10 +12,11 @@
 //! next sweep. So whenever the payload cannot say for sure what changed, every
 //! Application of the repository and revision is enqueued.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::AppSource;
 use crate::event::AppKey;
+use crate::source::render::inputs::covers;
 use crate::source::repo_url::{normalize_path, normalize_url};
 
 /// One push, as both providers describe it.
@@ -42,6 +43,28 @@ pub struct Push {
 
 /// The Applications to reconcile for `push`, sorted, each once.
 pub fn route(push: &Push, apps: &[AppSource]) -> Vec<AppKey> {
+    route_why(push, apps)
+        .into_iter()
+        .map(|routed| routed.key)
+        .collect()
+}
+
+/// One Application a push concerns, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Routed {
+    pub key: AppKey,
+    /// The first changed file (as the push names it, normalized) that is one
+    /// of the Application's inputs or under one; `None` when the push has no
+    /// file list and every Application of the repository and revision is
+    /// reconciled.
+    pub input: Option<String>,
+}
+
+/// The Applications to reconcile for `push`, sorted, each once, with the
+/// changed file that routed each: a file under its recorded inputs
+/// (`status.sourceInputs`) or under its path (always: an Application never
+/// rendered has no inputs yet, and one whose path just changed has old ones).
+pub fn route_why(push: &Push, apps: &[AppSource]) -> Vec<Routed> {
     if push.deleted {
         return Vec::new();
     }
@@ -52,24 +75,40 @@ pub fn route(push: &Push, apps: &[AppSource]) -> Vec<AppKey> {
             .map(|file| normalize_path(Some(file)))
             .collect()
     });
-    let matched: BTreeSet<&AppKey> = apps
-        .iter()
-        .filter(|app| !app.repo_url.trim().is_empty())
-        .filter(|app| repos.contains(&comparable(&app.repo_url, push.case_insensitive)))
-        .filter(|app| {
-            revision_matches(
+    let mut matched: BTreeMap<&AppKey, Option<String>> = BTreeMap::new();
+    for app in apps {
+        if app.repo_url.trim().is_empty()
+            || !revision_matches(
                 app.target_revision.as_deref(),
                 &push.git_ref,
                 push.default_branch.as_deref(),
             )
+            || !repos.contains(&comparable(&app.repo_url, push.case_insensitive))
+        {
+            continue;
+        }
+        let input = match &changed {
+            None => None,
+            Some(files) => {
+                let path = normalize_path(app.path.as_deref());
+                let found = std::iter::once(path.as_str())
+                    .chain(app.inputs.iter().map(String::as_str))
+                    .find_map(|input| first_changed(input, files));
+                match found {
+                    Some(file) => Some(file.to_string()),
+                    None => continue,
+                }
+            }
+        };
+        matched.entry(&app.key).or_insert(input);
+    }
+    matched
+        .into_iter()
+        .map(|(key, input)| Routed {
+            key: key.clone(),
+            input: input.filter(|file| !file.is_empty()),
         })
-        .filter(|app| match &changed {
-            Some(files) => path_changed(&normalize_path(app.path.as_deref()), files),
-            None => true,
-        })
-        .map(|app| &app.key)
-        .collect();
-    matched.into_iter().cloned().collect()
+        .collect()
 }
 
 /// Hosts whose owner and repository names are case-insensitive even when the
@@ -130,14 +169,16 @@ pub fn revision_matches(
     }
 }
 
-/// Whether any of `changed` (normalized) is `path` or under it; the root
-/// (`""`) sees every change.
-fn path_changed(path: &str, changed: &[String]) -> bool {
-    path.is_empty()
-        || changed.iter().any(|file| {
-            file.strip_prefix(path)
-                .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
-        })
+/// The first of `changed` (normalized) that is `path` or under it; the root
+/// (`""`) sees every change (and an empty list as one, named `""`).
+fn first_changed<'c>(path: &str, changed: &'c [String]) -> Option<&'c str> {
+    if path.is_empty() {
+        return Some(changed.first().map_or("", String::as_str));
+    }
+    changed
+        .iter()
+        .find(|file| covers(path, file))
+        .map(String::as_str)
 }
 
 /// SHA-1 or SHA-256, as `source::git` recognizes them.
@@ -162,6 +203,7 @@ mod tests {
             repo_url: repo_url.into(),
             target_revision: revision.map(Into::into),
             path: path.map(Into::into),
+            inputs: vec![],
         }
     }
 
@@ -418,6 +460,83 @@ mod tests {
             names(route(&itself, &apps)),
             ["apps", "b", "root", "root-dot", "root-slash"]
         );
+    }
+
+    fn with_inputs(mut app: AppSource, inputs: &[&str]) -> AppSource {
+        app.inputs = inputs.iter().map(|i| i.to_string()).collect();
+        app
+    }
+
+    #[test]
+    fn recorded_inputs_route_a_push_to_every_app_that_reads_what_changed() {
+        let url = "https://github.com/octo-org/deploy";
+        let apps = [
+            with_inputs(
+                app("prod", url, None, Some("envs/prod")),
+                &["bases/web", "envs/prod"],
+            ),
+            with_inputs(
+                app("staging", url, None, Some("envs/staging")),
+                &["bases/web", "envs/staging", "values/common.yaml"],
+            ),
+            // Never rendered: its path alone.
+            app("fresh", url, None, Some("envs/dev")),
+            // Rendered from the root (or capped): everything.
+            with_inputs(app("all", url, None, Some("apps/all")), &[""]),
+        ];
+        let routed = |files: &[&str]| {
+            route_why(&push("refs/heads/main", Some(files)), &apps)
+                .into_iter()
+                .map(|r| (r.key.name, r.input))
+                .collect::<Vec<_>>()
+        };
+        let base = "bases/web/deploy.yaml";
+        assert_eq!(
+            routed(&[base]),
+            [
+                ("all".into(), Some(base.into())),
+                ("prod".into(), Some(base.into())),
+                ("staging".into(), Some(base.into())),
+            ]
+        );
+        assert_eq!(
+            names(route(
+                &push("refs/heads/main", Some(&["envs/prod/patch.yaml"])),
+                &apps
+            )),
+            ["all", "prod"]
+        );
+        assert_eq!(
+            routed(&["README.md", "values/common.yaml"]),
+            [
+                ("all".into(), Some("README.md".into())),
+                ("staging".into(), Some("values/common.yaml".into())),
+            ]
+        );
+        assert_eq!(
+            names(route(
+                &push("refs/heads/main", Some(&["envs/dev/x.yaml", "bases/webapp/y"])),
+                &apps
+            )),
+            ["all", "fresh"]
+        );
+        // No file list: every app of the revision, with no input to name.
+        assert_eq!(
+            routed_none(&apps),
+            [
+                ("all".into(), None),
+                ("fresh".into(), None),
+                ("prod".into(), None),
+                ("staging".into(), None),
+            ]
+        );
+    }
+
+    fn routed_none(apps: &[AppSource]) -> Vec<(String, Option<String>)> {
+        route_why(&push("refs/heads/main", None), apps)
+            .into_iter()
+            .map(|r| (r.key.name, r.input))
+            .collect()
     }
 
     #[test]

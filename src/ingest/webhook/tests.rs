@@ -162,6 +162,7 @@ fn app(key: &str, repo_url: &str, revision: Option<&str>, path: Option<&str>) ->
         repo_url: repo_url.into(),
         target_revision: revision.map(Into::into),
         path: path.map(Into::into),
+        inputs: vec![],
     }
 }
 

@@ -41,7 +41,14 @@ impl fmt::Display for AppKey {
 #[serde(tag = "type", rename_all = "camelCase")]
 pub enum Cause {
     /// A push announced by a Git host's webhook.
-    Webhook { provider: String, delivery: String },
+    Webhook {
+        provider: String,
+        delivery: String,
+        /// The changed file that routed the push to this Application (one of
+        /// its inputs or under one); absent when the push listed no files.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        input: Option<String>,
+    },
     /// A live object of the Application changed or was deleted by someone
     /// other than Setpoint, or its health changed.
     Drift { object: String },
@@ -133,6 +140,7 @@ mod tests {
             Cause::Webhook {
                 provider: "github".into(),
                 delivery: "d-1".into(),
+                input: Some("bases/web/deploy.yaml".into()),
             },
         )
         .with_revision(Some("abc".into()));

@@ -208,6 +208,21 @@ enum Settled {
     Invalid,
 }
 
+/// The changed file that routed a push to this Application, from the newest
+/// webhook event of the batch that names one.
+fn changed_input(batch: &Slot) -> Option<String> {
+    batch
+        .waiting
+        .iter()
+        .rev()
+        .find_map(|d| match &d.event.cause {
+            Cause::Webhook {
+                input: Some(input), ..
+            } => Some(input.clone()),
+            _ => None,
+        })
+}
+
 async fn reconcile_once(shared: &Shared, app: &AppKey, batch: &Slot) -> Settled {
     let event_id = batch
         .waiting
@@ -222,12 +237,13 @@ async fn reconcile_once(shared: &Shared, app: &AppKey, batch: &Slot) -> Settled 
             _ => None,
         })
         .unwrap_or_default();
+    let input = changed_input(batch).unwrap_or_default();
     let cause = batch
         .waiting
         .first()
         .map(|d| d.event.cause.kind())
         .unwrap_or_default();
-    let span = tracing::info_span!("reconcile", app = %app, event = %event_id, cause, delivery = %delivery);
+    let span = tracing::info_span!("reconcile", app = %app, event = %event_id, cause, delivery = %delivery, input = %input);
     // Instrumented, not entered: the span must follow the future across awaits.
     tracing::Instrument::instrument(reconcile_in_span(shared, app, batch), span).await
 }
@@ -244,6 +260,7 @@ async fn reconcile_in_span(shared: &Shared, app: &AppKey, batch: &Slot) -> Settl
         manual: batch.manual,
         dry_run: false,
         known_commit: batch.revision.clone(),
+        changed_input: changed_input(batch),
     };
     shared.record_line("start", app);
     let started = std::time::Instant::now();

@@ -352,6 +352,15 @@ pub fn describe(app: &Application) -> String {
     if spec.suspend {
         field("Suspended:", "yes".into());
     }
+    if !status.source_inputs.is_empty() {
+        // What the last render read: a push that changes none of it does
+        // not reconcile this Application.
+        out.push_str("\nINPUTS\n");
+        for input in &status.source_inputs {
+            let shown = if input.is_empty() { "(root)" } else { input };
+            out.push_str(&format!("  {shown}\n"));
+        }
+    }
     if !status.conditions.is_empty() {
         out.push_str("\nCONDITIONS\n");
         let rows: Vec<Vec<String>> = status
@@ -492,6 +501,21 @@ mod tests {
         );
         app.metadata.namespace = Some("team".into());
         app
+    }
+
+    #[test]
+    fn the_recorded_inputs_are_listed() {
+        let mut app = app_with("https://git.example.com/org/repo.git");
+        assert!(!describe(&app).contains("INPUTS"));
+        app.status = Some(crate::api::ApplicationStatus {
+            source_inputs: vec!["bases/web".into(), "envs/prod".into()],
+            ..Default::default()
+        });
+        let out = describe(&app);
+        assert!(
+            out.contains("\nINPUTS\n  bases/web\n  envs/prod\n"),
+            "{out}"
+        );
     }
 
     #[test]

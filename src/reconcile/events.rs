@@ -39,6 +39,7 @@ pub(super) async fn report_events(
     applied: &[apply::Applied],
     pruned: &[ObjectId],
     revision: &str,
+    changed_input: Option<&str>,
     previous: Option<&ApplicationStatus>,
     status: &ApplicationStatus,
 ) {
@@ -89,11 +90,14 @@ pub(super) async fn report_events(
                 "Synced",
                 "Sync",
                 format!(
-                    "synced to revision {}: applied {}, pruned {}, unchanged {}",
+                    "synced to revision {}: applied {}, pruned {}, unchanged {}{}",
                     short(Some(revision)),
                     applied.len(),
                     pruned.len(),
-                    unchanged
+                    unchanged,
+                    changed_input
+                        .map(|input| format!(" (a push changed {input})"))
+                        .unwrap_or_default()
                 ),
             )
             .await;

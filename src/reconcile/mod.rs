@@ -130,6 +130,9 @@ pub struct Request {
     pub dry_run: bool,
     /// A commit a webhook announced: the fetch is skipped when it is known.
     pub known_commit: Option<String>,
+    /// The changed file that routed a push here (`Cause::Webhook`'s input),
+    /// named in the `Synced` Event.
+    pub changed_input: Option<String>,
 }
 
 /// What one reconcile found and did.
@@ -430,6 +433,7 @@ async fn sync(
         &applied,
         &pruned,
         &revision,
+        request.changed_input.as_deref(),
         previous,
         &new_status,
     )

@@ -60,6 +60,8 @@ const PUBLISH_TIMEOUT: Duration = Duration::from_secs(8);
 const MAX_ECHO: usize = 64;
 /// What a 503 for too many bytes in flight asks the sender to wait, seconds.
 const BUSY_RETRY_AFTER: u64 = 5;
+/// Characters of a changed file's path kept in an event's cause.
+const MAX_INPUT_PATH: usize = 256;
 /// Characters of a delivery id kept in an event's cause (ids are UUIDs).
 const MAX_DELIVERY_ID: usize = 100;
 
@@ -396,7 +398,8 @@ impl WebhookState {
         push: &Push,
         body: &[u8],
     ) -> Result<Reply, WebhookError> {
-        let keys = route::route(push, &self.0.apps.apps());
+        let routed = route::route_why(push, &self.0.apps.apps());
+        let keys: Vec<AppKey> = routed.iter().map(|r| r.key.clone()).collect();
         if keys.is_empty() {
             info!(
                 provider = provider.as_str(),
@@ -439,14 +442,18 @@ impl WebhookState {
         let cause_delivery = delivery
             .map(|id| Untrusted::capped(id, MAX_DELIVERY_ID).to_string())
             .unwrap_or_default();
-        let events: Vec<Event> = keys
-            .iter()
-            .map(|key| {
+        let events: Vec<Event> = routed
+            .into_iter()
+            .map(|routed| {
                 let cause = Cause::Webhook {
                     provider: provider.as_str().to_owned(),
                     delivery: cause_delivery.clone(),
+                    // Escaped and capped: it reaches a log line and an Event.
+                    input: routed
+                        .input
+                        .map(|file| Untrusted::capped(&file, MAX_INPUT_PATH).to_string()),
                 };
-                Event::new(key.clone(), cause).with_revision(Some(push.commit.clone()))
+                Event::new(routed.key, cause).with_revision(Some(push.commit.clone()))
             })
             .collect();
         let publishes =

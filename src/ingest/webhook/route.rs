@@ -515,7 +515,10 @@ mod tests {
         );
         assert_eq!(
             names(route(
-                &push("refs/heads/main", Some(&["envs/dev/x.yaml", "bases/webapp/y"])),
+                &push(
+                    "refs/heads/main",
+                    Some(&["envs/dev/x.yaml", "bases/webapp/y"])
+                ),
                 &apps
             )),
             ["all", "fresh"]

@@ -342,7 +342,9 @@ async fn a_signed_push_enqueues_exactly_the_matching_apps() {
             event.cause,
             Cause::Webhook {
                 provider: "github".into(),
-                delivery: "d-1".into()
+                delivery: "d-1".into(),
+                // What routed the push, named for the Synced Event.
+                input: Some("apps/a/deployment.yaml".into()),
             }
         );
         assert_eq!(event.revision.as_deref(), Some(GITHUB_AFTER));
@@ -846,7 +848,8 @@ async fn a_gitlab_push_with_the_token_enqueues_the_matching_apps() {
         events[0].cause,
         Cause::Webhook {
             provider: "gitlab".into(),
-            delivery: "f2b5ea20-3c5e-4f5a-9c8e-0a1b2c3d4e5f".into()
+            delivery: "f2b5ea20-3c5e-4f5a-9c8e-0a1b2c3d4e5f".into(),
+            input: Some("app/controller/application.rb".into()),
         }
     );
     assert_eq!(events[0].revision.as_deref(), Some(GITLAB_AFTER));
@@ -870,7 +873,8 @@ async fn a_gitlab_tag_push_reaches_the_apps_on_that_tag() {
         events[0].cause,
         Cause::Webhook {
             provider: "gitlab".into(),
-            delivery: String::new()
+            delivery: String::new(),
+            input: None,
         }
     );
 }

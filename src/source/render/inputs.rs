@@ -183,7 +183,10 @@ mod tests {
             file("patches/unused.yaml", ""),
             file("config/app.conf", ""),
             file("conf/names.yaml", ""),
-            file("envs/staging/kustomization.yaml", "resources: [../../bases/web]\n"),
+            file(
+                "envs/staging/kustomization.yaml",
+                "resources: [../../bases/web]\n",
+            ),
             file("unrelated/x.yaml", ""),
         ];
         let tree = Tree::new(&files, &[]);

@@ -33,13 +33,19 @@ pub(super) fn count_drift_corrections(ctx: &Context, plan: &Plan, applied: &[app
     }
 }
 
+/// What the `Synced` Event says: the revision, and the changed file that
+/// routed the push, when one did.
+pub(super) struct Synced<'a> {
+    pub revision: &'a str,
+    pub changed_input: Option<&'a str>,
+}
+
 pub(super) async fn report_events(
     events: &Events,
     plan: &Plan,
     applied: &[apply::Applied],
     pruned: &[ObjectId],
-    revision: &str,
-    changed_input: Option<&str>,
+    synced: Synced<'_>,
     previous: Option<&ApplicationStatus>,
     status: &ApplicationStatus,
 ) {
@@ -91,11 +97,12 @@ pub(super) async fn report_events(
                 "Sync",
                 format!(
                     "synced to revision {}: applied {}, pruned {}, unchanged {}{}",
-                    short(Some(revision)),
+                    short(Some(synced.revision)),
                     applied.len(),
                     pruned.len(),
                     unchanged,
-                    changed_input
+                    synced
+                        .changed_input
                         .map(|input| format!(" (a push changed {input})"))
                         .unwrap_or_default()
                 ),

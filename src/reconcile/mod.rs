@@ -432,8 +432,10 @@ async fn sync(
         &plan,
         &applied,
         &pruned,
-        &revision,
-        request.changed_input.as_deref(),
+        events::Synced {
+            revision: &revision,
+            changed_input: request.changed_input.as_deref(),
+        },
         previous,
         &new_status,
     )

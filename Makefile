@@ -127,6 +127,7 @@ bench: up
 	$(FRESH_TEST_VHOST)
 	cargo bench --bench reconcile
 	cargo bench --bench pipeline
+	cargo bench --bench routing
 
 demo: up
 	cargo build --bin setpoint

@@ -395,7 +395,7 @@ pub async fn serve(
         let state = webhook::WebhookState::new(
             settings,
             queue.clone(),
-            Arc::new(crate::ingest::StoreIndex(store.clone())),
+            Arc::new(crate::ingest::StoreIndex::new(store.clone())),
         )
         .with_seen(seen)
         .with_metrics(ctx.metrics.clone());

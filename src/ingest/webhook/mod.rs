@@ -98,6 +98,11 @@ impl fmt::Debug for AppSource {
 /// answer from memory (the integrator implements it over a reflector Store).
 pub trait AppIndex: Send + Sync {
     fn apps(&self) -> Vec<AppSource>;
+
+    /// The Applications `push` concerns, and why (`route::route_why`).
+    fn route(&self, push: &Push) -> Vec<route::Routed> {
+        route::route_why(push, &self.apps())
+    }
 }
 
 /// A fixed list, for tests and static setups.
@@ -398,7 +403,7 @@ impl WebhookState {
         push: &Push,
         body: &[u8],
     ) -> Result<Reply, WebhookError> {
-        let routed = route::route_why(push, &self.0.apps.apps());
+        let routed = self.0.apps.route(push);
         let keys: Vec<AppKey> = routed.iter().map(|r| r.key.clone()).collect();
         if keys.is_empty() {
             info!(

@@ -12,7 +12,7 @@
 //! next sweep. So whenever the payload cannot say for sure what changed, every
 //! Application of the repository and revision is enqueued.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use super::AppSource;
 use crate::event::AppKey;
@@ -64,7 +64,59 @@ pub struct Routed {
 /// changed file that routed each: a file under its recorded inputs
 /// (`status.sourceInputs`) or under its path (always: an Application never
 /// rendered has no inputs yet, and one whose path just changed has old ones).
-pub fn route_why(push: &Push, apps: &[AppSource]) -> Vec<Routed> {
+pub fn route_why<'a>(push: &Push, apps: impl IntoIterator<Item = &'a AppSource>) -> Vec<Routed> {
+    let prepared: Vec<Prepared> = apps
+        .into_iter()
+        .filter(|app| !app.repo_url.trim().is_empty())
+        .cloned()
+        .map(Prepared::new)
+        .collect();
+    route_prepared(push, &prepared)
+}
+
+/// An Application with what routing compares worked out once.
+#[derive(Debug)]
+struct Prepared {
+    app: AppSource,
+    /// `normalize_url` of its repository, and that lowercased.
+    url: String,
+    lower: String,
+    /// Its URL is compared lowercased whatever the push says (`comparable`).
+    always_lower: bool,
+    /// `normalize_path` of its path.
+    path: String,
+}
+
+impl Prepared {
+    fn new(app: AppSource) -> Self {
+        let url = normalize_url(&app.repo_url);
+        let host = url.split('/').next().unwrap_or_default();
+        let always_lower = !url.starts_with("file://") && CASE_INSENSITIVE_HOSTS.contains(&host);
+        let case_sensitive = url.starts_with("file://");
+        Prepared {
+            lower: if case_sensitive {
+                url.clone()
+            } else {
+                url.to_lowercase()
+            },
+            always_lower,
+            path: normalize_path(app.path.as_deref()),
+            url,
+            app,
+        }
+    }
+
+    /// `comparable(repo_url, case_insensitive)`, without working it out.
+    fn comparable(&self, case_insensitive: bool) -> &str {
+        if case_insensitive || self.always_lower {
+            &self.lower
+        } else {
+            &self.url
+        }
+    }
+}
+
+fn route_prepared<'a>(push: &Push, apps: impl IntoIterator<Item = &'a Prepared>) -> Vec<Routed> {
     if push.deleted {
         return Vec::new();
     }
@@ -76,22 +128,20 @@ pub fn route_why(push: &Push, apps: &[AppSource]) -> Vec<Routed> {
             .collect()
     });
     let mut matched: BTreeMap<&AppKey, Option<String>> = BTreeMap::new();
-    for app in apps {
-        if app.repo_url.trim().is_empty()
-            || !revision_matches(
-                app.target_revision.as_deref(),
-                &push.git_ref,
-                push.default_branch.as_deref(),
-            )
-            || !repos.contains(&comparable(&app.repo_url, push.case_insensitive))
+    for prepared in apps {
+        let app = &prepared.app;
+        if !revision_matches(
+            app.target_revision.as_deref(),
+            &push.git_ref,
+            push.default_branch.as_deref(),
+        ) || !repos.contains(prepared.comparable(push.case_insensitive))
         {
             continue;
         }
         let input = match &changed {
             None => None,
             Some(files) => {
-                let path = normalize_path(app.path.as_deref());
-                let found = std::iter::once(path.as_str())
+                let found = std::iter::once(prepared.path.as_str())
                     .chain(app.inputs.iter().map(String::as_str))
                     .find_map(|input| first_changed(input, files));
                 match found {
@@ -109,6 +159,49 @@ pub fn route_why(push: &Push, apps: &[AppSource]) -> Vec<Routed> {
             input: input.filter(|file| !file.is_empty()),
         })
         .collect()
+}
+
+/// The Applications grouped by repository (its normalized URL, lowercased),
+/// so a push looks only at its own repository's: built once per change of
+/// the Applications, not per push.
+#[derive(Debug, Default)]
+pub struct RouteIndex {
+    by_repo: HashMap<String, Vec<Prepared>>,
+}
+
+impl RouteIndex {
+    pub fn new(apps: impl IntoIterator<Item = AppSource>) -> Self {
+        let mut by_repo: HashMap<String, Vec<Prepared>> = HashMap::new();
+        for app in apps {
+            if app.repo_url.trim().is_empty() {
+                continue;
+            }
+            let prepared = Prepared::new(app);
+            by_repo
+                .entry(prepared.url.to_lowercase())
+                .or_default()
+                .push(prepared);
+        }
+        RouteIndex { by_repo }
+    }
+
+    /// `route_why` over the Applications of the pushed repository only (a
+    /// bucket holds every case of a URL; `route_why` compares exactly).
+    pub fn route_why(&self, push: &Push) -> Vec<Routed> {
+        let buckets: BTreeSet<String> = push
+            .repo_urls
+            .iter()
+            .filter(|url| !url.trim().is_empty())
+            .map(|url| normalize_url(url).to_lowercase())
+            .collect();
+        route_prepared(
+            push,
+            buckets
+                .iter()
+                .filter_map(|bucket| self.by_repo.get(bucket))
+                .flatten(),
+        )
+    }
 }
 
 /// Hosts whose owner and repository names are case-insensitive even when the
@@ -533,6 +626,39 @@ mod tests {
                 ("staging".into(), None),
             ]
         );
+    }
+
+    #[test]
+    fn the_index_routes_as_the_plain_list_does() {
+        let apps = [
+            with_inputs(
+                app(
+                    "a",
+                    "https://GitHub.com/Octo-Org/deploy.git",
+                    None,
+                    Some("apps/a"),
+                ),
+                &["bases/web", "apps/a"],
+            ),
+            app("b", "git@github.com:octo-org/deploy", None, Some("apps/b")),
+            app("other", "https://github.com/octo-org/other", None, None),
+            app(
+                "case",
+                "https://git.example.com/Octo-Org/deploy",
+                None,
+                None,
+            ),
+            app("empty", "", None, None),
+        ];
+        let index = RouteIndex::new(apps.iter().cloned());
+        for files in [
+            Some(vec!["bases/web/x.yaml"]),
+            Some(vec!["apps/b/y.yaml", "README.md"]),
+            None,
+        ] {
+            let push = push("refs/heads/main", files.as_deref());
+            assert_eq!(index.route_why(&push), route_why(&push, &apps), "{push:?}");
+        }
     }
 
     fn routed_none(apps: &[AppSource]) -> Vec<(String, Option<String>)> {

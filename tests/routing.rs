@@ -147,8 +147,26 @@ async fn run(scenario: Scenario<'_>, initial: &str, inputs: [&[&str]; 2]) {
 
     // Counted: the first reconciled for its own change and the shared one,
     // the second for the shared one only; the push touching neither, never.
-    assert_eq!(ends(&record, &ns.name, first) - first_before, 2);
-    assert_eq!(ends(&record, &ns.name, second) - second_before, 1);
+    // The record's end line follows the status write: wait for it.
+    let counts = || {
+        (
+            ends(&record, &ns.name, first) - first_before,
+            ends(&record, &ns.name, second) - second_before,
+        )
+    };
+    wait_for("the reconciles recorded", DEADLINE, || async {
+        match counts() {
+            (f, s) if f >= 2 && s >= 1 => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    assert_eq!(
+        counts(),
+        (2, 1),
+        "{}",
+        std::fs::read_to_string(&record).unwrap()
+    );
     // Saying why: the Synced Event and the reconcile's log line.
     for app in [first, second] {
         let notes = event_notes(ns, app, "Synced").await;

@@ -817,6 +817,14 @@ async fn two_consumers_share_the_shards() {
     .await;
     let second = connected(settings).await;
     let second_deliveries = second.consume(20).await.unwrap();
+    // The idle shards are handed off until the split is fair; only then can
+    // both consumers take part in the burst (published earlier, it may all
+    // go to the first consumer before it hands anything off).
+    eventually(
+        "each consumer is active on half the idle shards",
+        || async { (first.active_shards(), second.active_shards()) == (4, 4) },
+    )
+    .await;
 
     let book = Arc::new(std::sync::Mutex::new(Book::default()));
     let hold = Duration::from_millis(10);

@@ -449,7 +449,7 @@ async fn secrets_appear_in_no_log_line_metric_or_status() {
         &ns,
         "userinfo",
         &with_password,
-        "app",
+        "other",
         automated(true, true),
     )
     .await;

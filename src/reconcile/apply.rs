@@ -18,7 +18,7 @@ use kube::api::{DeleteParams, Patch, PatchParams, Preconditions, PropagationPoli
 use serde_json::Value;
 
 use crate::manifest::ObjectId;
-use crate::reconcile::kinds::{KindError, Kinds};
+use crate::reconcile::kinds::{Kind, KindError, Kinds};
 use crate::reconcile::live::api_for;
 use crate::reconcile::plan::FIELD_MANAGER;
 use crate::reconcile::prepare::Desired;
@@ -256,8 +256,7 @@ pub async fn apply(
         if desired[i].kind.is_none() {
             // Instances of a CRD from this sync: wait for the CRDs, then resolve.
             wait_established(client, &crds_applied).await?;
-            let kind = kinds
-                .resolve(client, &id.api_version(), &id.kind)
+            let kind = resolve_new_kind(kinds, client, &id)
                 .await
                 .map_err(|source| ApplyError::Kind {
                     id: id.clone(),
@@ -315,6 +314,35 @@ fn classify(id: &ObjectId, source: kube::Error) -> ApplyError {
 }
 
 const CRD_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How long discovery may lag behind a CRD's Established condition.
+const DISCOVERY_LAG: Duration = Duration::from_secs(30);
+
+/// The kind of an instance of a CRD this sync applied. The API server marks
+/// a CRD Established before its discovery document lists the new resource
+/// (the discovery handler is updated asynchronously), so an unknown kind is
+/// asked again, with backoff, for a bounded time.
+async fn resolve_new_kind(
+    kinds: &Kinds,
+    client: &Client,
+    id: &ObjectId,
+) -> Result<Kind, KindError> {
+    let policy = backoff::ExponentialBackoffBuilder::new()
+        .with_initial_interval(Duration::from_millis(50))
+        .with_max_interval(Duration::from_secs(1))
+        .with_max_elapsed_time(Some(DISCOVERY_LAG))
+        .build();
+    backoff::future::retry(policy, || async {
+        kinds
+            .resolve(client, &id.api_version(), &id.kind)
+            .await
+            .map_err(|err| match err {
+                KindError::UnknownKind { .. } => backoff::Error::transient(err),
+                other => backoff::Error::permanent(other),
+            })
+    })
+    .await
+}
 
 async fn wait_established(client: &Client, names: &[String]) -> Result<(), ApplyError> {
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;

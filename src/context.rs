@@ -84,7 +84,8 @@ impl Context {
                 .with_metrics(&metrics),
             git: GitSource::new(cache_dir)
                 .with_fetch_retry_budget(std::time::Duration::from_secs(2))
-                .with_fetch_histogram(metrics.git_fetch_seconds.clone()),
+                .with_fetch_histogram(metrics.git_fetch_seconds.clone())
+                .with_fetch_requests(metrics.git_fetches()),
             metrics,
             kinds: Kinds::default(),
             reporter,

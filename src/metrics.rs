@@ -77,8 +77,15 @@ pub struct Inner {
     pub app_sync: Family<AppStatusLabels, Gauge>,
     pub app_health: Family<AppStatusLabels, Gauge>,
     pub git_fetch_seconds: Histogram,
+    pub git_requests: Family<GitRequestLabels, Counter>,
     pub render_runs: Family<RenderLabels, Counter>,
     pub commit_status_failures: Counter,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct GitRequestLabels {
+    /// The git command that went to the remote: `fetch`.
+    pub op: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -181,6 +188,12 @@ impl Metrics {
             "Duration of one git fetch of a mirror",
             git_fetch_seconds.clone(),
         );
+        let git_requests = Family::<GitRequestLabels, Counter>::default();
+        registry.register(
+            "git_requests",
+            "Git commands that went to a remote repository, by operation (fetch), retries included",
+            git_requests.clone(),
+        );
         let render_runs = Family::<RenderLabels, Counter>::default();
         registry.register(
             "render_runs",
@@ -207,9 +220,17 @@ impl Metrics {
             app_sync,
             app_health,
             git_fetch_seconds,
+            git_requests,
             render_runs,
             commit_status_failures,
         }))
+    }
+
+    /// The counter of `git fetch` commands sent to remotes.
+    pub fn git_fetches(&self) -> Counter {
+        self.git_requests
+            .get_or_create(&GitRequestLabels { op: "fetch".into() })
+            .clone()
     }
 
     /// The text exposition of every metric.

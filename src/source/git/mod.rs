@@ -222,6 +222,8 @@ struct Shared {
     fetches: AtomicU64,
     /// Each successful logical fetch's duration, for the metrics.
     fetch_seconds: Option<prometheus_client::metrics::histogram::Histogram>,
+    /// Every `git fetch` sent to a remote, for the metrics.
+    fetch_requests: Option<prometheus_client::metrics::counter::Counter>,
 }
 
 impl fmt::Debug for GitSource {
@@ -243,6 +245,7 @@ impl GitSource {
                 mirrors: Mutex::new(HashMap::new()),
                 fetches: AtomicU64::new(0),
                 fetch_seconds: None,
+                fetch_requests: None,
             }),
             settings: Settings {
                 fetch_timeout: FETCH_TIMEOUT,
@@ -278,6 +281,17 @@ impl GitSource {
     ) -> Self {
         if let Some(shared) = Arc::get_mut(&mut self.shared) {
             shared.fetch_seconds = Some(histogram);
+        }
+        self
+    }
+
+    /// Counts each `git fetch` command (retries included) in `counter`.
+    pub fn with_fetch_requests(
+        mut self,
+        counter: prometheus_client::metrics::counter::Counter,
+    ) -> Self {
+        if let Some(shared) = Arc::get_mut(&mut self.shared) {
+            shared.fetch_requests = Some(counter);
         }
         self
     }
@@ -421,6 +435,9 @@ impl GitSource {
 
     async fn run_fetch(&self, git: &Git<'_>, refspecs: &[&str]) -> Result<Output, GitError> {
         self.shared.fetches.fetch_add(1, Ordering::SeqCst);
+        if let Some(counter) = &self.shared.fetch_requests {
+            counter.inc();
+        }
         let mut args = vec!["fetch", "--prune", "--no-tags", "origin"];
         args.extend_from_slice(refspecs);
         debug!(url = %git.remote.display_url, "git fetch");

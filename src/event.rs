@@ -85,6 +85,13 @@ pub struct Event {
     /// already has it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub revision: Option<String>,
+    /// Without a `revision`: the worker may resolve the Application's
+    /// revision from any fetch that started at or after this moment (Unix
+    /// milliseconds), so one fetch serves every event published before it.
+    /// Set to the publishing time, or to the start of the sweep cycle. Absent
+    /// (an event from an older version): fetch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fresh_since: Option<u64>,
     /// How many times this event failed before (0 on first delivery).
     #[serde(default)]
     pub attempt: u32,
@@ -98,9 +105,16 @@ impl Event {
             app,
             cause,
             revision: None,
+            fresh_since: Some(unix_millis(std::time::SystemTime::now())),
             attempt: 0,
             id: new_id(),
         }
+    }
+
+    /// See [`Event::fresh_since`]; `None` asks for a fetch.
+    pub fn with_fresh_since(mut self, since: Option<u64>) -> Self {
+        self.fresh_since = since;
+        self
     }
 
     pub fn with_revision(mut self, revision: Option<String>) -> Self {
@@ -115,6 +129,13 @@ impl Event {
     pub fn from_bytes(bytes: &[u8]) -> Result<Self, serde_json::Error> {
         serde_json::from_slice(bytes)
     }
+}
+
+/// Milliseconds since the Unix epoch (0 before it).
+pub fn unix_millis(at: std::time::SystemTime) -> u64 {
+    at.duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or_default()
 }
 
 /// A unique id: time, process and a counter, hex.
@@ -146,6 +167,10 @@ mod tests {
         .with_revision(Some("abc".into()));
         let back = Event::from_bytes(&event.to_bytes()).unwrap();
         assert_eq!(back, event);
+        assert!(back.fresh_since.is_some());
+        // An event of an older version, without the bound, asks for a fetch.
+        let old = r#"{"app":{"namespace":"a","name":"b"},"cause":{"type":"sweep"},"id":"x"}"#;
+        assert_eq!(Event::from_bytes(old.as_bytes()).unwrap().fresh_since, None);
         assert!(
             String::from_utf8(event.to_bytes())
                 .unwrap()

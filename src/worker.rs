@@ -57,6 +57,9 @@ struct Slot {
     waiting: Vec<Delivery>,
     /// The newest commit a webhook announced for the next reconcile.
     revision: Option<String>,
+    /// The latest `fresh_since` of the batch (`u64::MAX`: an event without
+    /// one, so fetch).
+    fresh_since: u64,
     manual: bool,
 }
 
@@ -166,6 +169,13 @@ fn absorb(slot: &mut Slot, event: &Event) {
         slot.revision = event.revision.clone();
     }
     slot.manual |= matches!(event.cause, Cause::Manual);
+    slot.fresh_since = slot.fresh_since.max(event.fresh_since.unwrap_or(u64::MAX));
+}
+
+/// The bound a batch's reconcile resolves its revision under.
+fn fresh_since(batch: &Slot) -> Option<std::time::SystemTime> {
+    (batch.fresh_since != u64::MAX)
+        .then(|| std::time::UNIX_EPOCH + Duration::from_millis(batch.fresh_since))
 }
 
 /// Reconciles `app` until no delivery waits for it any more.
@@ -191,7 +201,8 @@ async fn drive(shared: Arc<Shared>, app: AppKey, mut batch: Slot) {
             }
             reconcile_once(&shared, &app, &batch).await
         };
-        settle(&shared, &app, batch.waiting, outcome).await;
+        let bound = (batch.fresh_since != u64::MAX).then_some(batch.fresh_since);
+        settle(&shared, &app, batch.waiting, outcome, bound).await;
         let mut slots = shared.slots.lock().expect("slots lock");
         let slot = slots.get_mut(&app).expect("a running app has a slot");
         if slot.waiting.is_empty() {
@@ -260,6 +271,7 @@ async fn reconcile_in_span(shared: &Shared, app: &AppKey, batch: &Slot) -> Settl
         manual: batch.manual,
         dry_run: false,
         known_commit: batch.revision.clone(),
+        fresh_since: fresh_since(batch),
         changed_input: changed_input(batch),
     };
     shared.record_line("start", app);
@@ -308,7 +320,15 @@ async fn reconcile_in_span(shared: &Shared, app: &AppKey, batch: &Slot) -> Settl
     }
 }
 
-async fn settle(shared: &Arc<Shared>, app: &AppKey, deliveries: Vec<Delivery>, outcome: Settled) {
+/// `fresh_since`: the batch's bound, which a requeue keeps (it re-checks
+/// what this reconcile applied; Git needs no newer look for that).
+async fn settle(
+    shared: &Arc<Shared>,
+    app: &AppKey,
+    deliveries: Vec<Delivery>,
+    outcome: Settled,
+    fresh_since: Option<u64>,
+) {
     let mut deliveries = deliveries.into_iter();
     match outcome {
         Settled::Retry(error) => {
@@ -319,7 +339,7 @@ async fn settle(shared: &Arc<Shared>, app: &AppKey, deliveries: Vec<Delivery>, o
                 tracing::warn!(app = %app, error = %e, "failed to schedule a retry; the broker redelivers");
             }
         }
-        Settled::Done { requeue: true } => schedule_requeue(shared, app),
+        Settled::Done { requeue: true } => schedule_requeue(shared, app, fresh_since),
         Settled::Done { requeue: false } | Settled::Invalid => {}
     }
     for delivery in deliveries {
@@ -330,7 +350,7 @@ async fn settle(shared: &Arc<Shared>, app: &AppKey, deliveries: Vec<Delivery>, o
 }
 
 /// One delayed re-check per Application while something is progressing.
-fn schedule_requeue(shared: &Arc<Shared>, app: &AppKey) {
+fn schedule_requeue(shared: &Arc<Shared>, app: &AppKey, fresh_since: Option<u64>) {
     if !shared
         .requeues
         .lock()
@@ -346,7 +366,7 @@ fn schedule_requeue(shared: &Arc<Shared>, app: &AppKey) {
         shared.requeues.lock().expect("requeues lock").remove(&app);
         if let Err(error) = shared
             .queue
-            .publish(&Event::new(app.clone(), Cause::Requeue))
+            .publish(&Event::new(app.clone(), Cause::Requeue).with_fresh_since(fresh_since))
             .await
         {
             tracing::debug!(app = %app, %error, "requeue not published; the sweep covers it");

@@ -3,10 +3,16 @@
 //! of its name and the cycle number: spread out, and jittered from one cycle
 //! to the next), so an event that was missed is still corrected. With several
 //! replicas only the holder of a Kubernetes Lease sweeps.
+//!
+//! Each event carries the start of its cycle as its freshness bound: a worker
+//! resolves the revision from any fetch that started after the cycle began,
+//! so a cycle costs one Git request per repository per worker process, not
+//! one per Application, and a push missed by the webhook is still seen
+//! within one cycle.
 
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{Patch, PatchParams, PostParams};
@@ -15,7 +21,7 @@ use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
 use crate::api::Application;
-use crate::event::{AppKey, Cause, Event};
+use crate::event::{AppKey, Cause, Event, unix_millis};
 use crate::queue::Queue;
 
 #[derive(Clone, Debug)]
@@ -42,6 +48,7 @@ pub async fn run(
     let interval = settings.interval.max(Duration::from_millis(100));
     let tick = (interval / 100).clamp(Duration::from_millis(20), Duration::from_secs(1));
     let start = Instant::now();
+    let start_wall = SystemTime::now();
     let mut previous = Duration::ZERO;
     let mut lease = settings.lease.map(|s| Leader::new(client.clone(), s));
     let mut ticker = tokio::time::interval(tick);
@@ -56,9 +63,11 @@ pub async fn run(
         }
         for app in store.state() {
             let key = AppKey::new(app.namespace().unwrap_or_default(), app.name_any());
-            if due(&key, interval, previous, elapsed)
-                && let Err(error) = queue.publish(&Event::new(key.clone(), Cause::Sweep)).await
-            {
+            let Some(cycle) = due(&key, interval, previous, elapsed) else {
+                continue;
+            };
+            let event = sweep_event(key.clone(), start_wall + interval * cycle as u32);
+            if let Err(error) = queue.publish(&event).await {
                 tracing::warn!(app = %key, %error, "sweep could not enqueue");
             }
         }
@@ -66,14 +75,19 @@ pub async fn run(
     }
 }
 
-/// Whether `app`'s moment in its cycle falls in `(from, to]`.
-fn due(app: &AppKey, interval: Duration, from: Duration, to: Duration) -> bool {
+/// What the sweep publishes for `app` in the cycle that began at `cycle_start`.
+pub fn sweep_event(app: AppKey, cycle_start: SystemTime) -> Event {
+    Event::new(app, Cause::Sweep).with_fresh_since(Some(unix_millis(cycle_start)))
+}
+
+/// The cycle whose moment for `app` falls in `(from, to]`, if any.
+fn due(app: &AppKey, interval: Duration, from: Duration, to: Duration) -> Option<u64> {
     let interval_ms = interval.as_millis().max(1) as u64;
     let (from, to) = (from.as_millis() as u64, to.as_millis() as u64);
     // Each cycle the moment moves: spread out and jittered.
     let first_cycle = from / interval_ms;
     let last_cycle = to / interval_ms;
-    (first_cycle..=last_cycle).any(|cycle| {
+    (first_cycle..=last_cycle).find(|&cycle| {
         let moment = cycle * interval_ms + offset(app, cycle) % interval_ms;
         moment > from && moment <= to
     })
@@ -195,16 +209,28 @@ mod tests {
             .collect();
         let tick = Duration::from_millis(500);
         for app in &apps {
-            let mut count = 0;
+            let mut cycles = Vec::new();
             let mut t = Duration::ZERO;
             while t < interval * 3 {
-                if due(app, interval, t, t + tick) {
-                    count += 1;
+                if let Some(cycle) = due(app, interval, t, t + tick) {
+                    // Due inside the cycle it names: its start bounds the
+                    // freshness of the event.
+                    assert!(interval * cycle as u32 <= t + tick, "{app}");
+                    cycles.push(cycle);
                 }
                 t += tick;
             }
-            assert_eq!(count, 3, "{app} swept once per cycle");
+            assert_eq!(cycles, [0, 1, 2], "{app} swept once per cycle");
         }
+    }
+
+    #[test]
+    fn a_sweep_event_is_bounded_by_its_cycle_start() {
+        let start = std::time::UNIX_EPOCH + Duration::from_secs(1_000);
+        let event = sweep_event(AppKey::new("ns", "a"), start);
+        assert_eq!(event.cause, Cause::Sweep);
+        assert_eq!(event.fresh_since, Some(1_000_000));
+        assert_eq!(event.revision, None);
     }
 
     #[test]
@@ -216,7 +242,7 @@ mod tests {
         // The first tenth of the cycle holds roughly a tenth of the apps.
         let early = apps
             .iter()
-            .filter(|a| due(a, interval, Duration::ZERO, interval / 10))
+            .filter(|a| due(a, interval, Duration::ZERO, interval / 10).is_some())
             .count();
         assert!(
             (30..=90).contains(&early),

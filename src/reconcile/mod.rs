@@ -130,6 +130,9 @@ pub struct Request {
     pub dry_run: bool,
     /// A commit a webhook announced: the fetch is skipped when it is known.
     pub known_commit: Option<String>,
+    /// Without `known_commit`: a fetch that started at or after this moment
+    /// is recent enough (see `CheckoutRequest::fresh_since`).
+    pub fresh_since: Option<std::time::SystemTime>,
     /// The changed file that routed a push here (`Cause::Webhook`'s input),
     /// named in the `Synced` Event.
     pub changed_input: Option<String>,
@@ -202,6 +205,7 @@ async fn render(
             path: None,
             credentials,
             known_commit: None,
+            fresh_since: None,
         })
         .await?;
     let rendered = ctx.renderers.render(&job, key, &tree.files).await?;
@@ -303,6 +307,7 @@ async fn sync(
             path: source.path.as_deref(),
             credentials: credentials.as_ref(),
             known_commit: request.known_commit.as_deref(),
+            fresh_since: request.fresh_since,
         })
         .await?;
     let revision = checkout.commit.clone();

@@ -53,6 +53,16 @@ impl Git<'_> {
         self.checked(args, output)
     }
 
+    /// Runs a command that only reads the mirror; its exit status is the answer.
+    pub(super) async fn run_unchecked(
+        &self,
+        args: &[&str],
+        operation: &'static str,
+    ) -> Result<Output, GitError> {
+        self.run(args, None, operation, self.settings.local_timeout, false)
+            .await
+    }
+
     pub(super) async fn run_in(
         &self,
         git_dir: &Path,

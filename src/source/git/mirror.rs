@@ -5,6 +5,8 @@
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicU64;
+use std::sync::{Mutex, PoisonError};
+use std::time::SystemTime;
 
 use sha2::{Digest, Sha256};
 use tracing::{info, warn};
@@ -27,6 +29,8 @@ pub(super) struct Mirror {
     /// fetch when one started after it began waiting has completed.
     pub(super) fetches_started: AtomicU64,
     pub(super) fetches_completed: AtomicU64,
+    /// When the newest completed fetch started (wall clock, as events carry).
+    last_fetch_started: Mutex<Option<SystemTime>>,
 }
 
 /// Held for the whole checkout: the in-process guard and the locked file.
@@ -45,7 +49,27 @@ impl Mirror {
             process_lock: tokio::sync::Mutex::new(()),
             fetches_started: AtomicU64::new(0),
             fetches_completed: AtomicU64::new(0),
+            last_fetch_started: Mutex::new(None),
         }
+    }
+
+    /// Records a completed fetch that started at `started`.
+    pub(super) fn fetched(&self, started: SystemTime) {
+        let mut last = self
+            .last_fetch_started
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if last.is_none_or(|previous| previous < started) {
+            *last = Some(started);
+        }
+    }
+
+    /// When the newest completed fetch of this process started.
+    pub(super) fn last_fetch_started(&self) -> Option<SystemTime> {
+        *self
+            .last_fetch_started
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     pub(super) async fn lock(&self) -> Result<MirrorLock<'_>, GitError> {

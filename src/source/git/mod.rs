@@ -16,6 +16,8 @@
 //! is scrubbed of them before it becomes an error.
 
 mod command;
+mod files;
+mod freshness;
 mod mirror;
 mod remote;
 mod revision;
@@ -28,7 +30,7 @@ use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use backoff::ExponentialBackoffBuilder;
 use tracing::{debug, info, warn};
@@ -162,8 +164,13 @@ pub struct CheckoutRequest<'a> {
     /// Sent only to `http(s)` remotes.
     pub credentials: Option<&'a Credentials>,
     /// A commit a webhook announced for this revision: when the mirror already
-    /// has the revision at that commit, the fetch is skipped.
+    /// has the revision at that commit (or past it), the fetch is skipped.
     pub known_commit: Option<&'a str>,
+    /// Without an announced commit: the revision may come from any fetch
+    /// (in this process) that started at or after this moment, typically
+    /// when the event was published or its sweep cycle began. `None`: fetch
+    /// unless a fetch started while this request waited for the mirror.
+    pub fresh_since: Option<SystemTime>,
 }
 
 impl fmt::Debug for CheckoutRequest<'_> {
@@ -175,6 +182,7 @@ impl fmt::Debug for CheckoutRequest<'_> {
             .field("path", &self.path)
             .field("credentials", &self.credentials)
             .field("known_commit", &self.known_commit)
+            .field("fresh_since", &self.fresh_since)
             .finish()
     }
 }
@@ -224,6 +232,8 @@ struct Shared {
     fetch_seconds: Option<prometheus_client::metrics::histogram::Histogram>,
     /// Every `git fetch` sent to a remote, for the metrics.
     fetch_requests: Option<prometheus_client::metrics::counter::Counter>,
+    /// The files already read, per (repository, commit, path).
+    files: files::FileCache,
 }
 
 impl fmt::Debug for GitSource {
@@ -246,6 +256,7 @@ impl GitSource {
                 fetches: AtomicU64::new(0),
                 fetch_seconds: None,
                 fetch_requests: None,
+                files: files::FileCache::new(files::DEFAULT_BUDGET),
             }),
             settings: Settings {
                 fetch_timeout: FETCH_TIMEOUT,
@@ -318,7 +329,7 @@ impl GitSource {
         // Taken before waiting for the lock: a fetch that starts after this
         // point also sees whatever the caller is looking for.
         let waiting_since = mirror.fetches_started.load(Ordering::SeqCst);
-        let _lock = mirror.lock().await?;
+        let lock = mirror.lock().await?;
         mirror.prepare(&remote, &self.settings).await?;
         let git = Git {
             mirror: &mirror,
@@ -327,30 +338,59 @@ impl GitSource {
         };
 
         let mut commit = git.resolve(&wanted).await?;
-        let up_to_date = match (&wanted, &commit) {
-            // A commit id names the same tree forever.
-            (Wanted::Commit(_), Some(_)) => true,
-            (_, Some(local)) => request
-                .known_commit
-                .is_some_and(|known| known.trim().eq_ignore_ascii_case(local)),
-            (_, None) => false,
+        let announced_contained = match (request.known_commit, &commit) {
+            (Some(announced), Some(local)) if !announced.trim().eq_ignore_ascii_case(local) => {
+                git.contains(announced.trim(), local).await?
+            }
+            _ => false,
         };
-        if up_to_date {
-            debug!(url = %remote.display_url, revision = %wanted, "mirror up to date, fetch skipped");
-        } else if mirror.fetches_completed.load(Ordering::SeqCst) > waiting_since {
-            debug!(url = %remote.display_url, revision = %wanted, "fetched while waiting, fetch skipped");
-        } else {
-            self.fetch(&git).await?;
-            commit = git.resolve(&wanted).await?;
+        let facts = freshness::Facts {
+            wants_commit: matches!(wanted, Wanted::Commit(_)),
+            local: commit.as_deref(),
+            announced: request.known_commit,
+            announced_contained,
+            fetched_while_waiting: mirror.fetches_completed.load(Ordering::SeqCst) > waiting_since,
+            fresh_since: request.fresh_since,
+            last_fetch_started: mirror.last_fetch_started(),
+        };
+        match freshness::skip_reason(&facts) {
+            Some(reason) => {
+                debug!(url = %remote.display_url, revision = %wanted, reason, "fetch skipped");
+            }
+            None => {
+                self.fetch(&git).await?;
+                commit = git.resolve(&wanted).await?;
+            }
         }
         let commit = commit.ok_or_else(|| remote.revision_not_found(&wanted))?;
-        let files = git.read_files(&commit, &path).await?;
+        // Objects never change: the files are read without the lock, side
+        // by side with other checkouts of the repository.
+        drop(lock);
+        let files = self.read_files(&git, &remote.key, &commit, &path).await?;
         Ok(Checkout {
             commit,
             path,
             files,
             mirror: mirror.dir.clone(),
         })
+    }
+
+    /// The files under `path` at `commit`, from the cache or the mirror.
+    async fn read_files(
+        &self,
+        git: &Git<'_>,
+        key: &str,
+        commit: &str,
+        path: &str,
+    ) -> Result<Vec<SourceFile>, GitError> {
+        if let Some(files) = self.shared.files.get(key, commit, path) {
+            return Ok(files.as_ref().clone());
+        }
+        let files = git.read_files(commit, path).await?;
+        self.shared
+            .files
+            .insert(key, commit, path, Arc::new(files.clone()));
+        Ok(files)
     }
 
     fn mirror(&self, key: &str) -> Arc<Mirror> {
@@ -381,6 +421,7 @@ impl GitSource {
             .with_max_elapsed_time(Some(self.settings.fetch_retry_budget))
             .build();
         let started = Instant::now();
+        let started_at = SystemTime::now();
         backoff::future::retry_notify(
             policy,
             || async {
@@ -400,6 +441,7 @@ impl GitSource {
         mirror
             .fetches_completed
             .fetch_max(generation, Ordering::SeqCst);
+        mirror.fetched(started_at);
         if let Some(histogram) = &self.shared.fetch_seconds {
             histogram.observe(started.elapsed().as_secs_f64());
         }

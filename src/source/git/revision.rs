@@ -97,3 +97,16 @@ impl Git<'_> {
         }))
     }
 }
+
+impl Git<'_> {
+    /// Whether the mirror holds `commit` and it is `tip` or an ancestor of it.
+    pub(super) async fn contains(&self, commit: &str, tip: &str) -> Result<bool, GitError> {
+        if !is_full_commit_id(commit) || !is_full_commit_id(tip) {
+            return Ok(false);
+        }
+        let args = ["merge-base", "--is-ancestor", commit, tip];
+        let output = self.run_unchecked(&args, "merge-base").await?;
+        // 0: an ancestor; 1: not one; anything else: `commit` is unknown.
+        Ok(output.status.success())
+    }
+}

@@ -27,6 +27,11 @@ cache_root="${SETPOINT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/setpoint}"
 bin="$cache_root/k8s-$K8S_VERSION/bin"
 dir="${CLUSTER_DIR:-$repo/.cluster}"
 node_name="kwok-node-0"
+# A /16: 65,534 ClusterIPs, room for the 10,000-Application fleet benchmark's
+# Services (a /24 holds 254). Outside kwok's pod range and node IP below.
+# Changing it takes a fresh cluster (`make down up`): the API server keeps
+# the allocated IPs in etcd.
+service_range="10.96.0.0/16"
 components=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok)
 
 log() { printf '[cluster] %s\n' "$*"; }
@@ -157,7 +162,7 @@ gen_certs() {
     openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 3650 \
       -subj "/CN=setpoint-test-ca" 2>/dev/null
     cat >server.ext <<EOF
-subjectAltName=IP:127.0.0.1,IP:10.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local
+subjectAltName=IP:127.0.0.1,IP:10.96.0.1,IP:10.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local
 extendedKeyUsage=serverAuth
 EOF
     openssl req -newkey rsa:2048 -nodes -keyout server.key -out server.csr -subj "/CN=kube-apiserver" 2>/dev/null
@@ -208,7 +213,7 @@ start_apiserver() {
     --client-ca-file "$pki/ca.crt" \
     --service-account-key-file "$pki/sa.pub" --service-account-signing-key-file "$pki/sa.key" \
     --service-account-issuer https://kubernetes.default.svc.cluster.local \
-    --service-cluster-ip-range 10.0.0.0/24 --authorization-mode RBAC \
+    --service-cluster-ip-range "$service_range" --authorization-mode RBAC \
     --allow-privileged --profiling=false --enable-priority-and-fairness=false \
     --max-requests-inflight 2000 --max-mutating-requests-inflight 1000 \
     --cert-dir "$dir/apiserver-certs"

@@ -3,14 +3,18 @@
 //! - webhook requests per second with signature checking (wrk, if present);
 //! - webhook → Synced latency, and drift → corrected latency, p50/p99;
 //! - fleets of Applications in one repository synced after a single push:
-//!   time until all are Synced, and the peak memory of the process.
+//!   time until all are Synced, and the peak memory of the process; then one
+//!   sweep of the in-sync fleet (every Application enqueued once, as a sweep
+//!   cycle does): its duration. For each phase, the Git requests the process
+//!   sent (`setpoint_git_requests_total`).
 //!
 //! - split roles (one `webhook` and N `worker` processes on one RabbitMQ):
 //!   reconciles per second for N = 1, 2, 4 and each process's peak memory.
 //!
 //! `SETPOINT_BENCH_FLEETS` (default `100,1000`) picks the fleet sizes,
-//! `SETPOINT_BENCH_WORKERS` (default `1,2,4`) the worker counts, and
-//! `SETPOINT_BENCH_ONLY=workers` runs only the split-role part.
+//! `SETPOINT_BENCH_WORKERS` (default `1,2,4`) the worker counts,
+//! `SETPOINT_BENCH_ONLY=workers` runs only the split-role part and
+//! `SETPOINT_BENCH_ONLY=fleet` only the fleets.
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -20,6 +24,9 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Patch, PatchParams};
 use setpoint::api::{Application, Sync};
+use setpoint::event::AppKey;
+use setpoint::ingest::sweep::sweep_event;
+use setpoint::queue::Queue;
 use support::app::{automated, create_app, install_crd};
 use support::process::{
     Setpoint, free_port, github_push, github_signature, post_github, sample, scrape,
@@ -82,8 +89,32 @@ fn percentile(sorted: &[Duration], p: f64) -> f64 {
     sorted[index].as_secs_f64() * 1000.0
 }
 
+/// The sum of every sample of `metric` (all its label sets).
+fn total(metrics: &str, metric: &str) -> f64 {
+    metrics
+        .lines()
+        .filter(|l| {
+            l.strip_prefix(metric)
+                .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+fn git_requests(metrics_port: u16) -> f64 {
+    total(
+        &scrape(metrics_port).expect("metrics"),
+        "setpoint_git_requests_total",
+    )
+}
+
 fn start(cache: &std::path::Path, prefix: &str) -> Setpoint {
+    start_with_metrics(cache, prefix, free_port())
+}
+
+fn start_with_metrics(cache: &std::path::Path, prefix: &str, metrics_port: u16) -> Setpoint {
     let listen = format!("127.0.0.1:{}", free_port());
+    let metrics = format!("127.0.0.1:{metrics_port}");
     let url = amqp_url();
     let args = [
         "run",
@@ -97,7 +128,11 @@ fn start(cache: &std::path::Path, prefix: &str) -> Setpoint {
     ];
     Setpoint::spawn(
         &args,
-        &[("SETPOINT_AMQP_URL", &url), ("SETPOINT_LOG", "warn")],
+        &[
+            ("SETPOINT_AMQP_URL", &url),
+            ("SETPOINT_LOG", "warn"),
+            ("SETPOINT_METRICS_LISTEN", &metrics),
+        ],
         cache,
     )
 }
@@ -124,14 +159,16 @@ async fn fleet(size: usize) {
     let cache = tempfile::tempdir().unwrap();
     let prefix = amqp_prefix("fleet");
     let started = Instant::now();
-    let mut setpoint = start(cache.path(), &prefix);
+    let metrics_port = free_port();
+    let mut setpoint = start_with_metrics(cache.path(), &prefix, metrics_port);
     setpoint.wait_http().await;
-    let deadline = Duration::from_secs(600);
+    let deadline = Duration::from_secs(1800);
     wait_for("the first sync of the fleet", deadline, || {
         all_synced(&ns, &first, size)
     })
     .await;
     let initial = started.elapsed();
+    let git_initial = git_requests(metrics_port);
 
     for app in 0..size {
         for (path, text) in objects(app, "2") {
@@ -154,22 +191,55 @@ async fn fleet(size: usize) {
     })
     .await;
     let after_push = pushed.elapsed();
-    println!(
-        "  fleet of {size:>4} apps x 4 objects: first sync {:>6.1} s, after one push {:>6.1} s until all Synced; peak RSS of setpoint run {:.0} MiB",
-        initial.as_secs_f64(),
-        after_push.as_secs_f64(),
-        peak_memory_mib(setpoint.child.id())
-    );
-    drop(setpoint);
-    setpoint::queue::amqp::AmqpQueue::connect(setpoint::queue::amqp::AmqpSettings {
+    let git_push = git_requests(metrics_port) - git_initial;
+
+    // One sweep cycle of the in-sync fleet: every Application enqueued once,
+    // as the sweep enqueues them.
+    let queue = setpoint::queue::amqp::AmqpQueue::connect(setpoint::queue::amqp::AmqpSettings {
         url: amqp_url(),
         prefix,
         ..Default::default()
     })
-    .await
-    .delete_topology()
-    .await
-    .ok();
+    .await;
+    let reconciles = || {
+        total(
+            &scrape(metrics_port).unwrap_or_default(),
+            "setpoint_reconciles_total",
+        )
+    };
+    let before_sweep = reconciles();
+    let git_before_sweep = git_requests(metrics_port);
+    let swept = Instant::now();
+    for app in 0..size {
+        let key = AppKey::new(ns.name.clone(), format!("app-{app}"));
+        queue
+            .publish(&sweep_event(key, std::time::SystemTime::now()))
+            .await
+            .unwrap();
+    }
+    wait_for("the sweep of the fleet", deadline, || async {
+        let done = reconciles() - before_sweep;
+        if done >= size as f64 {
+            Ok(())
+        } else {
+            Err(format!("{done} of {size} swept"))
+        }
+    })
+    .await;
+    let sweep = swept.elapsed();
+    let git_sweep = git_requests(metrics_port) - git_before_sweep;
+    println!(
+        "  fleet of {size:>4} apps x 4 objects: first sync {:>6.1} s, after one push {:>6.1} s until all Synced, a sweep {:>6.1} s; peak RSS of setpoint run {:.0} MiB",
+        initial.as_secs_f64(),
+        after_push.as_secs_f64(),
+        sweep.as_secs_f64(),
+        peak_memory_mib(setpoint.child.id())
+    );
+    println!(
+        "  fleet of {size:>4} apps: Git requests: first sync {git_initial:.0}, per push {git_push:.0}, per sweep {git_sweep:.0}"
+    );
+    drop(setpoint);
+    queue.delete_topology().await.ok();
 }
 
 async fn latencies() {
@@ -298,13 +368,18 @@ async fn main() {
     let ns = TestNamespace::new("bench-crd").await;
     install_crd(&ns.client).await;
     println!("pipeline benchmark (setpoint on RabbitMQ, local control plane, 2 cores)");
-    let only_workers = std::env::var("SETPOINT_BENCH_ONLY").is_ok_and(|o| o == "workers");
-    if !only_workers {
-        latencies().await;
+    let only = std::env::var("SETPOINT_BENCH_ONLY").unwrap_or_default();
+    if only != "workers" {
+        if only != "fleet" {
+            latencies().await;
+        }
         let fleets = std::env::var("SETPOINT_BENCH_FLEETS").unwrap_or_else(|_| "100,1000".into());
         for size in fleets.split(',').filter_map(|s| s.trim().parse().ok()) {
             fleet(size).await;
         }
+    }
+    if only == "fleet" {
+        return;
     }
     let workers = std::env::var("SETPOINT_BENCH_WORKERS").unwrap_or_else(|_| "1,2,4".into());
     for count in workers.split(',').filter_map(|s| s.trim().parse().ok()) {

@@ -23,7 +23,7 @@ export CARGO_TERM_COLOR ?= never
 RUSTC_VERSION := $(shell rustc --version 2>/dev/null | awk '{print $$2}')
 export CARGO_TARGET_DIR ?= $(SETPOINT_CACHE)/cargo-target-$(RUSTC_VERSION)
 
-PHONY_EXTRA := crd bench image image-deps image-context image-lock test-image
+PHONY_EXTRA := crd bench bench-large image image-deps image-context image-lock test-image
 .PHONY: all build test test-restart unit lint demo bench cluster-build cluster-up cluster-down \
 	rabbitmq-up rabbitmq-down up down fmt helm-build $(PHONY_EXTRA)
 
@@ -128,6 +128,16 @@ bench: up
 	cargo bench --bench reconcile
 	cargo bench --bench pipeline
 	cargo bench --bench routing
+
+## The fleet benchmark at 10,000 Applications of Flux's MTTP shape
+## (ServiceAccount, Service, Deployment of 0 replicas, Ingress) in one
+## repository: first sync, one commit changing all, a sweep, peak RSS and Git
+## requests. Needs the /16 service range of tests/controlplane/cluster.sh (a
+## cluster started before it holds only 254 Services: `make down up`).
+bench-large: up
+	$(FRESH_TEST_VHOST)
+	SETPOINT_BENCH_ONLY=fleet SETPOINT_BENCH_SHAPE=mttp SETPOINT_BENCH_FLEETS=$${SETPOINT_BENCH_FLEETS:-10000} \
+	  cargo bench --bench pipeline
 
 demo: up
 	cargo build --bin setpoint

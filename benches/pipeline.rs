@@ -14,7 +14,10 @@
 //! `SETPOINT_BENCH_FLEETS` (default `100,1000`) picks the fleet sizes,
 //! `SETPOINT_BENCH_WORKERS` (default `1,2,4`) the worker counts,
 //! `SETPOINT_BENCH_ONLY=workers` runs only the split-role part and
-//! `SETPOINT_BENCH_ONLY=fleet` only the fleets.
+//! `SETPOINT_BENCH_ONLY=fleet` only the fleets; `SETPOINT_BENCH_SHAPE=mttp`
+//! makes each fleet app the shape of Flux's MTTP benchmark (ServiceAccount,
+//! Service, Deployment of 0 replicas, Ingress) instead of three ConfigMaps
+//! and a ServiceAccount (`make bench-large`: 10,000 of them).
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -38,6 +41,9 @@ const SECRET: &str = "bench-secret";
 const LATENCY_RUNS: usize = 20;
 
 fn objects(app: usize, value: &str) -> Vec<(String, String)> {
+    if std::env::var("SETPOINT_BENCH_SHAPE").is_ok_and(|shape| shape == "mttp") {
+        return mttp_objects(app, value);
+    }
     let mut files = Vec::new();
     for k in 0..3 {
         files.push((
@@ -50,6 +56,38 @@ fn objects(app: usize, value: &str) -> Vec<(String, String)> {
         format!("apiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: app-{app}\n"),
     ));
     files
+}
+
+/// The shape of Flux's MTTP benchmark (`SETPOINT_BENCH_SHAPE=mttp`): a
+/// ServiceAccount, a Service, a Deployment of 0 replicas and an Ingress.
+/// Each app takes a ClusterIP: 10,000 apps need the /16 service range of
+/// tests/controlplane/cluster.sh.
+fn mttp_objects(app: usize, value: &str) -> Vec<(String, String)> {
+    let name = format!("app-{app}");
+    vec![
+        (
+            format!("apps/{app}/sa.yaml"),
+            format!("apiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: {name}\n"),
+        ),
+        (
+            format!("apps/{app}/svc.yaml"),
+            format!(
+                "apiVersion: v1\nkind: Service\nmetadata:\n  name: {name}\n  labels: {{v: \"{value}\"}}\nspec:\n  selector: {{app: {name}}}\n  ports: [{{port: 80, targetPort: 8080}}]\n"
+            ),
+        ),
+        (
+            format!("apps/{app}/deploy.yaml"),
+            format!(
+                "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: {name}\nspec:\n  replicas: 0\n  selector: {{matchLabels: {{app: {name}}}}}\n  template:\n    metadata: {{labels: {{app: {name}, v: \"{value}\"}}}}\n    spec:\n      serviceAccountName: {name}\n      containers: [{{name: app, image: registry.invalid/app:{value}}}]\n"
+            ),
+        ),
+        (
+            format!("apps/{app}/ingress.yaml"),
+            format!(
+                "apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata:\n  name: {name}\n  labels: {{v: \"{value}\"}}\nspec:\n  rules:\n  - host: {name}.example.com\n    http:\n      paths:\n      - path: /\n        pathType: Prefix\n        backend: {{service: {{name: {name}, port: {{number: 80}}}}}}\n"
+            ),
+        ),
+    ]
 }
 
 async fn all_synced(ns: &TestNamespace, commit: &str, count: usize) -> Result<(), String> {
@@ -210,12 +248,11 @@ async fn fleet(size: usize) {
     let before_sweep = reconciles();
     let git_before_sweep = git_requests(metrics_port);
     let swept = Instant::now();
+    // One cycle: every event bounded by the cycle's start.
+    let cycle_start = std::time::SystemTime::now();
     for app in 0..size {
         let key = AppKey::new(ns.name.clone(), format!("app-{app}"));
-        queue
-            .publish(&sweep_event(key, std::time::SystemTime::now()))
-            .await
-            .unwrap();
+        queue.publish(&sweep_event(key, cycle_start)).await.unwrap();
     }
     wait_for("the sweep of the fleet", deadline, || async {
         let done = reconciles() - before_sweep;

@@ -2,6 +2,7 @@
 //! that serialize its use across tasks and processes, its creation, and the
 //! repair of one whose last change was killed half-way.
 
+use std::collections::HashMap;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicU64;
@@ -29,8 +30,9 @@ pub(super) struct Mirror {
     /// fetch when one started after it began waiting has completed.
     pub(super) fetches_started: AtomicU64,
     pub(super) fetches_completed: AtomicU64,
-    /// When the newest completed fetch started (wall clock, as events carry).
-    last_fetch_started: Mutex<Option<SystemTime>>,
+    /// When the newest completed fetch started (wall clock, as events
+    /// carry), per caller's credentials.
+    last_fetch_started: Mutex<HashMap<String, SystemTime>>,
 }
 
 /// Held for the whole checkout: the in-process guard and the locked file.
@@ -49,27 +51,32 @@ impl Mirror {
             process_lock: tokio::sync::Mutex::new(()),
             fetches_started: AtomicU64::new(0),
             fetches_completed: AtomicU64::new(0),
-            last_fetch_started: Mutex::new(None),
+            last_fetch_started: Mutex::default(),
         }
     }
 
-    /// Records a completed fetch that started at `started`.
-    pub(super) fn fetched(&self, started: SystemTime) {
+    /// Records a completed fetch that started at `started`, made with the
+    /// credentials `caller` stands for (see [`Remote::caller`]).
+    pub(super) fn fetched(&self, caller: &str, started: SystemTime) {
         let mut last = self
             .last_fetch_started
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        if last.is_none_or(|previous| previous < started) {
-            *last = Some(started);
+        let previous = last.entry(caller.to_owned()).or_insert(started);
+        if *previous < started {
+            *previous = started;
         }
     }
 
-    /// When the newest completed fetch of this process started.
-    pub(super) fn last_fetch_started(&self) -> Option<SystemTime> {
-        *self
-            .last_fetch_started
+    /// When the newest completed fetch of this process with `caller`'s
+    /// credentials started: another caller's fetch says nothing about
+    /// whether this one may read the repository.
+    pub(super) fn last_fetch_started(&self, caller: &str) -> Option<SystemTime> {
+        self.last_fetch_started
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
+            .get(caller)
+            .copied()
     }
 
     pub(super) async fn lock(&self) -> Result<MirrorLock<'_>, GitError> {

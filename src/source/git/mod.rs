@@ -351,7 +351,7 @@ impl GitSource {
             announced_contained,
             fetched_while_waiting: mirror.fetches_completed.load(Ordering::SeqCst) > waiting_since,
             fresh_since: request.fresh_since,
-            last_fetch_started: mirror.last_fetch_started(),
+            last_fetch_started: mirror.last_fetch_started(&remote.caller()),
         };
         match freshness::skip_reason(&facts) {
             Some(reason) => {
@@ -441,7 +441,7 @@ impl GitSource {
         mirror
             .fetches_completed
             .fetch_max(generation, Ordering::SeqCst);
-        mirror.fetched(started_at);
+        mirror.fetched(&git.remote.caller(), started_at);
         if let Some(histogram) = &self.shared.fetch_seconds {
             histogram.observe(started.elapsed().as_secs_f64());
         }

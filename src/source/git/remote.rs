@@ -140,6 +140,17 @@ impl Remote {
         })
     }
 
+    /// Who fetches: a digest of the credentials sent (empty without any),
+    /// so that freshness is never shared between callers with different
+    /// rights on the repository.
+    pub(super) fn caller(&self) -> String {
+        use sha2::{Digest, Sha256};
+        match &self.auth {
+            Some((key, value)) => hex::encode(Sha256::digest(format!("{key}\n{value}"))),
+            None => String::new(),
+        }
+    }
+
     pub(super) fn scrub(&self, text: &str) -> String {
         let mut text = text.to_owned();
         for secret in &self.secrets {
@@ -216,6 +227,17 @@ mod tests {
             };
             assert_eq!(remote.scrub(&format!("[{secret}]")), "[<redacted>]");
         }
+    }
+
+    #[test]
+    fn callers_differ_by_their_credentials() {
+        let anonymous = Remote::new("https://github.com/org/repo", None).unwrap();
+        let bot = Remote::new("https://bot:one@github.com/org/repo", None).unwrap();
+        let other = Remote::new("https://bot:two@github.com/org/repo", None).unwrap();
+        assert_eq!(anonymous.caller(), "");
+        assert_ne!(bot.caller(), anonymous.caller());
+        assert_ne!(bot.caller(), other.caller());
+        assert!(!bot.caller().contains("one"));
     }
 
     #[test]

@@ -7,8 +7,8 @@
 //! Each event carries the start of its cycle as its freshness bound: a worker
 //! resolves the revision from any fetch that started after the cycle began,
 //! so a cycle costs one Git request per repository per worker process, not
-//! one per Application, and a push missed by the webhook is still seen
-//! within one cycle.
+//! one per Application, and a push the webhook missed is seen by the first
+//! cycle that starts after it.
 
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;

@@ -42,6 +42,32 @@ pub struct ApplicationSpec {
     /// Stop reconciling (Flux's `suspend`): nothing is applied or pruned.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub suspend: bool,
+    /// Fields that are not drift and that Setpoint leaves out of what it
+    /// applies (Argo CD's `ignoreDifferences`), e.g. the replicas of a
+    /// Deployment that an HPA scales.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ignore_differences: Vec<IgnoreDifferences>,
+}
+
+/// One `spec.ignoreDifferences` rule: the objects it applies to (group and
+/// kind, `*` for any; name and namespace when given) and the fields it
+/// ignores, by JSON pointer (RFC 6901, `/spec/replicas`) or by the field
+/// managers that own them in the live object (`managedFields`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct IgnoreDifferences {
+    /// The API group; empty for the core group (ConfigMap, Secret).
+    #[serde(default)]
+    pub group: String,
+    pub kind: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub json_pointers: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub managed_fields_managers: Vec<String>,
 }
 
 /// Where the manifests are.

@@ -294,7 +294,7 @@ fn namespace_in(desired: &[Desired], chosen: &[usize], namespace: &str) -> bool 
     })
 }
 
-fn classify(id: &ObjectId, source: kube::Error) -> ApplyError {
+pub(crate) fn classify(id: &ObjectId, source: kube::Error) -> ApplyError {
     if matches!(&source, kube::Error::Api(s) if s.code == 403) {
         ApplyError::Forbidden {
             id: id.clone(),

@@ -5,7 +5,8 @@
 //! 2. render  — files → manifests;
 //! 3. prepare — resolve kinds, set namespaces, mark ownership;
 //! 4. live    — read the objects the cluster holds;
-//! 5. plan    — desired × live → create / update / unchanged / prune (pure);
+//! 5. plan    — desired × live (and the cached dry run of each live one) →
+//!    create / update / unchanged / prune (pure);
 //! 6. policy  — which of those this reconcile may do (pure);
 //! 7. apply   — server-side apply in order, then prune;
 //! 8. health and status — written only when changed; Events for what happened.
@@ -13,6 +14,7 @@
 pub mod apply;
 mod commit_status;
 mod credentials;
+pub mod dry_run;
 mod events;
 pub mod health;
 pub mod kinds;
@@ -313,7 +315,7 @@ async fn sync(
 
     let (manifests, inputs) = render(ctx, app, credentials.as_ref(), &checkout).await?;
     let mut desired = prepare::prepare(&ctx.client, &ctx.kinds, app, manifests).await?;
-    let (live, skipped_kinds) = live::read(&client, &ctx.kinds, app, &desired).await?;
+    let (mut live, skipped_kinds) = live::read(&client, &ctx.kinds, app, &desired).await?;
     if let Some(error) = apply::terminating_crd(&desired, &live.objects) {
         return Err(error.into());
     }
@@ -322,7 +324,17 @@ async fn sync(
     if !foreign.is_empty() {
         return Err(ReconcileError::Owned(foreign));
     }
-    let plan = plan::plan(&desired_manifests, &live);
+    // What Setpoint applies leaves out the fields the Application ignores;
+    // the dry runs (the server-side diff's input) are of that object.
+    let ignore = &app.spec.ignore_differences;
+    for d in &mut desired {
+        let live_object = plan::find_live(&d.manifest.id, &live.objects);
+        d.manifest.body = plan::applied_body(ignore, &d.manifest.id, &d.manifest.body, live_object);
+    }
+    let desired_manifests: Vec<_> = desired.iter().map(|d| d.manifest.clone()).collect();
+    live.dry_runs =
+        dry_run::dry_run_live(&client, &ctx.dry_runs, &ctx.metrics, &desired, &live).await?;
+    let plan = plan::plan(&desired_manifests, &live, ignore);
     if request.dry_run {
         return Ok(Outcome {
             revision: Some(revision),

@@ -1,18 +1,17 @@
 //! Drift attribution: the field manager that last wrote a drifted field,
 //! read from `metadata.managedFields`.
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use super::FIELD_MANAGER;
-use super::compare::{Segment, loose_eq};
 
 /// One entry of `metadata.managedFields` other than Setpoint's own.
 pub(super) struct FieldsEntry<'a> {
-    manager: &'a str,
+    pub(super) manager: &'a str,
     operation: &'a str,
     subresource: &'a str,
     time: &'a str,
-    fields: &'a Value,
+    pub(super) fields: &'a Value,
 }
 
 pub(super) fn field_managers(live: &Value) -> Vec<FieldsEntry<'_>> {
@@ -51,7 +50,7 @@ pub(super) fn field_managers(live: &Value) -> Vec<FieldsEntry<'_>> {
 /// above it. A removed field has no owner, so then it is whoever last wrote
 /// the object with an Update, except through `status`: controllers write it
 /// all the time and never remove what Git sets.
-pub(super) fn blame(managers: &[FieldsEntry<'_>], path: &[Segment<'_>]) -> Option<String> {
+pub(super) fn blame(managers: &[FieldsEntry<'_>], path: &[&str]) -> Option<String> {
     let latest = |ownership: Ownership| {
         managers
             .iter()
@@ -77,10 +76,12 @@ pub(super) enum Ownership {
     Subtree,
 }
 
-pub(super) fn owns(fields: &Value, path: &[Segment<'_>]) -> Option<Ownership> {
+/// Whether a fieldsV1 tree has `path` (its keys as the API server writes
+/// them, so they compare exactly), or a leaf or an item marker above it.
+pub(super) fn owns(fields: &Value, path: &[&str]) -> Option<Ownership> {
     let mut node = fields.as_object()?;
-    for (depth, segment) in path.iter().enumerate() {
-        match child(node, segment) {
+    for (depth, key) in path.iter().enumerate() {
+        match node.get(*key) {
             Some(next) => node = next.as_object()?,
             None if depth > 0 && (node.is_empty() || node.contains_key(".")) => {
                 return Some(Ownership::Subtree);
@@ -89,21 +90,4 @@ pub(super) fn owns(fields: &Value, path: &[Segment<'_>]) -> Option<Ownership> {
         }
     }
     Some(Ownership::Field)
-}
-
-/// The fieldsV1 node for one path segment: `f:key`, `k:{"name":"app"}`, `i:0`.
-pub(super) fn child<'v>(node: &'v Map<String, Value>, segment: &Segment<'_>) -> Option<&'v Value> {
-    match segment {
-        Segment::Key(key) => node.get(&format!("f:{key}")),
-        Segment::Index(index) => node.get(&format!("i:{index}")),
-        Segment::Item { item, .. } => node.iter().find_map(|(name, child)| {
-            let key: Map<String, Value> = serde_json::from_str(name.strip_prefix("k:")?).ok()?;
-            let matches = !key.is_empty()
-                && key.iter().all(|(field, value)| match item.get(field) {
-                    Some(own) => loose_eq(own, value),
-                    None => field == "protocol" && value == "TCP",
-                });
-            matches.then_some(child)
-        }),
-    }
 }

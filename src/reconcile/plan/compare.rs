@@ -1,327 +1,243 @@
-//! The comparison of one desired object with its live copy, field by field,
-//! as server-side apply merges them.
+//! The comparison of one live object with the result of a server-side apply
+//! dry run of Git's version of it (field manager `setpoint`).
+//!
+//! The dry run is the API server's own answer to "what would this object be
+//! after Setpoint applied Git's": quantities in canonical form, defaults
+//! filled in, mutating admission run, list items merged by the keys the
+//! schema declares. Its `managedFields` entry for `setpoint` is the set of
+//! fields Git sets, written by the API server in its own terms (`f:` a
+//! field, `k:{…}` a list item by its keys, `v:` a set member, `i:` a
+//! position). The comparison walks that set and compares, field by field,
+//! the dry run's value with the live one: nothing is guessed, so a
+//! difference is a real one.
 
 use std::fmt::Write as _;
 
-use serde_json::{Map, Number, Value};
+use serde_json::{Map, Value};
 
-use super::attribution::{blame, field_managers};
-use super::quantity::Quantity;
-use super::{Drift, HASH_ANNOTATION, shown};
-
-/// One step of a path into an object. List items keep the live (or desired)
-/// item itself, to match it against `k:{...}` keys in `managedFields`.
-#[derive(Clone, Debug)]
-pub(super) enum Segment<'a> {
-    Key(&'a str),
-    Item {
-        key: &'static str,
-        value: &'a Value,
-        item: &'a Map<String, Value>,
-    },
-    Index(usize),
-}
+use super::attribution::{FieldsEntry, blame};
+use super::{Drift, FIELD_MANAGER, HASH_ANNOTATION, shown};
 
 /// A drift found by the comparison, before it is rendered and attributed.
 pub(super) struct Found<'a> {
-    path: Vec<Segment<'a>>,
-    live: Option<&'a Value>,
-    desired: Option<&'a Value>,
+    /// The fieldsV1 keys from the root: `f:spec`, `k:{"name":"app"}`, …
+    pub(super) path: Vec<&'a str>,
+    /// The JSON pointer of the field in the dry run (or in live, where the
+    /// dry run has no such list item), for `ignoreDifferences.jsonPointers`.
+    pub(super) pointer: String,
+    pub(super) live: Option<&'a Value>,
+    pub(super) desired: Option<&'a Value>,
 }
 
-pub(super) fn diff(desired: &Value, live: &Value) -> Vec<Drift> {
+/// The fields Setpoint's apply would own: the dry run's `setpoint` Apply
+/// entry. None when it has none (the dry run answered without it).
+pub(super) fn applied_fields(dry_run: &Value) -> Option<&Value> {
+    dry_run
+        .pointer("/metadata/managedFields")?
+        .as_array()?
+        .iter()
+        .find(|entry| {
+            entry.get("manager").and_then(Value::as_str) == Some(FIELD_MANAGER)
+                && entry.get("operation").and_then(Value::as_str) == Some("Apply")
+                && entry.get("subresource").is_none_or(Value::is_null)
+        })?
+        .get("fieldsV1")
+}
+
+/// Every field of `fields` (Setpoint's, from `applied_fields`) whose
+/// dry-run value differs from live.
+pub(super) fn differences<'a>(
+    fields: &'a Value,
+    dry_run: &'a Value,
+    live: &'a Value,
+) -> Vec<Found<'a>> {
     let mut found = Vec::new();
-    compare(&mut Vec::new(), desired, Some(live), &mut found);
-    let managers = field_managers(live);
+    let Value::Object(fields) = fields else {
+        return found;
+    };
+    walk(
+        fields,
+        Some(dry_run),
+        Some(live),
+        &mut Vec::new(),
+        &mut String::new(),
+        &mut found,
+    );
+    found
+}
+
+/// Renders and attributes what `differences` found.
+pub(super) fn drifts(found: Vec<Found<'_>>, managers: &[FieldsEntry<'_>]) -> Vec<Drift> {
     found
         .into_iter()
         .map(|f| Drift {
             path: render_path(&f.path),
-            manager: blame(&managers, &f.path),
+            manager: blame(managers, &f.path),
             live: f.live.cloned(),
             desired: f.desired.cloned(),
         })
         .collect()
 }
 
-pub(super) fn compare<'a>(
-    path: &mut Vec<Segment<'a>>,
-    desired: &'a Value,
+fn walk<'a>(
+    fields: &'a Map<String, Value>,
+    desired: Option<&'a Value>,
     live: Option<&'a Value>,
+    path: &mut Vec<&'a str>,
+    pointer: &mut String,
     found: &mut Vec<Found<'a>>,
 ) {
-    let live = live.filter(|value| !value.is_null());
-    let mut drifted = |live: Option<&'a Value>| {
-        let desired = Some(desired).filter(|value| !value.is_null());
-        found.push(Found {
-            path: path.clone(),
-            live,
-            desired,
-        });
-    };
-    match (desired, live) {
-        (_, None) => {
-            if requires_presence(desired) {
-                drifted(None);
-            }
+    for (key, child) in fields {
+        if key == "." || skipped(path, key) {
+            continue;
         }
-        (Value::Null, Some(live)) => drifted(Some(live)),
-        (Value::Object(desired), Some(Value::Object(live))) => {
-            for (key, desired_value) in desired {
-                if ignored(path, key) {
-                    continue;
+        let (desired_value, live_value, step) = match select(key, desired, live) {
+            Some(selected) => selected,
+            None => continue,
+        };
+        let mark = pointer.len();
+        pointer.push_str(&step);
+        path.push(key);
+        let leaf = child
+            .as_object()
+            .is_none_or(|map| map.keys().all(|k| k == "."));
+        let live_value = live_value.filter(|v| !v.is_null());
+        let desired_value = desired_value.filter(|v| !v.is_null());
+        match (desired_value, live_value, child) {
+            // A whole list item Git sets is missing from live: one drift for
+            // the item, not one per field.
+            (Some(_), None, _) if key.starts_with("k:") || key.starts_with("v:") => {
+                found.push(Found {
+                    path: path.clone(),
+                    pointer: pointer.clone(),
+                    live: None,
+                    desired: desired_value,
+                })
+            }
+            (_, _, Value::Object(children)) if !leaf => {
+                if desired_value.is_some() && live_value.is_none() && !is_empty(desired_value) {
+                    found.push(Found {
+                        path: path.clone(),
+                        pointer: pointer.clone(),
+                        live: None,
+                        desired: desired_value,
+                    });
+                } else {
+                    walk(children, desired_value, live_value, path, pointer, found);
                 }
-                path.push(Segment::Key(key));
-                compare(path, desired_value, live.get(key), found);
-                path.pop();
+            }
+            _ => {
+                if desired_value != live_value && !(is_empty(desired_value) && live_value.is_none())
+                {
+                    found.push(Found {
+                        path: path.clone(),
+                        pointer: pointer.clone(),
+                        live: live_value,
+                        desired: desired_value,
+                    });
+                }
             }
         }
-        (Value::Array(_), Some(live @ Value::Array(_))) => {
-            compare_list(path, desired, live, found);
-        }
-        (Value::Object(_) | Value::Array(_), Some(live)) => drifted(Some(live)),
-        (_, Some(live)) => {
-            if !scalar_eq(path, desired, live) {
-                drifted(Some(live));
-            }
-        }
+        path.pop();
+        pointer.truncate(mark);
     }
 }
 
-/// Whether a desired value, absent from live, is drift. Kubernetes omits
-/// empty maps and lists (`annotations: {}`, `args: []`) and nulls, and
-/// without the schema they cannot be told from fields that must exist, so
-/// only a value with something in it must be present.
-pub(super) fn requires_presence(desired: &Value) -> bool {
-    match desired {
-        Value::Null => false,
-        Value::Object(map) => map.values().any(requires_presence),
-        Value::Array(items) => !items.is_empty(),
-        _ => true,
-    }
-}
-
-/// Fields Git may carry that are not Setpoint's to compare: `status` belongs
-/// to controllers, the hash is compared on its own, the version is matched
-/// by identity (the API server converts), and the rest is server bookkeeping.
-pub(super) fn ignored(path: &[Segment<'_>], key: &str) -> bool {
-    match path {
-        [] => matches!(key, "status" | "apiVersion"),
-        [Segment::Key("metadata")] => matches!(
-            key,
-            "managedFields" | "resourceVersion" | "uid" | "generation" | "creationTimestamp"
-        ),
-        [Segment::Key("metadata"), Segment::Key("annotations")] => key == HASH_ANNOTATION,
+/// An empty map or list: the API server drops them, so one that is absent
+/// on the other side is the same.
+fn is_empty(value: Option<&Value>) -> bool {
+    match value {
+        None | Some(Value::Null) => true,
+        Some(Value::Object(map)) => map.is_empty(),
+        Some(Value::Array(items)) => items.is_empty(),
         _ => false,
     }
 }
 
-/// Merge keys of Kubernetes' associative lists, in the order tried: a list
-/// is associative by the first one every desired item has.
-pub(super) const MERGE_KEYS: [&str; 7] = [
-    "name",
-    "containerPort",
-    "port",
-    "mountPath",
-    "devicePath",
-    "ip",
-    "type",
-];
-
-pub(super) fn merge_key(items: &[Value]) -> Option<&'static str> {
-    MERGE_KEYS.into_iter().find(|key| {
+/// The values one fieldsV1 key selects in the dry run and in live, and the
+/// JSON pointer step to it (positions as in the dry run when it has the item).
+fn select<'a>(
+    key: &str,
+    desired: Option<&'a Value>,
+    live: Option<&'a Value>,
+) -> Option<(Option<&'a Value>, Option<&'a Value>, String)> {
+    if let Some(name) = key.strip_prefix("f:") {
+        let get = |value: Option<&'a Value>| value.and_then(|v| v.get(name));
+        return Some((get(desired), get(live), format!("/{}", escape(name))));
+    }
+    if let Some(index) = key.strip_prefix("i:") {
+        let index: usize = index.parse().ok()?;
+        let get = |value: Option<&'a Value>| value.and_then(|v| v.get(index));
+        return Some((get(desired), get(live), format!("/{index}")));
+    }
+    let find = |value: Option<&'a Value>| -> Option<(usize, &'a Value)> {
+        let items = value?.as_array()?;
         items
             .iter()
-            .all(|item| item.get(key).is_some_and(|value| !value.is_null()))
-    })
+            .enumerate()
+            .find(|(_, item)| item_matches(key, item))
+    };
+    let (d, l) = (find(desired), find(live));
+    let position = d.or(l).map_or(0, |(i, _)| i);
+    Some((d.map(|(_, v)| v), l.map(|(_, v)| v), format!("/{position}")))
 }
 
-/// Lists as server-side apply sees them: associative lists match items by
-/// merge key and ignore live items Git does not name; other lists of maps
-/// compare item by item; lists of scalars are atomic.
-pub(super) fn compare_list<'a>(
-    path: &mut Vec<Segment<'a>>,
-    desired: &'a Value,
-    live: &'a Value,
-    found: &mut Vec<Found<'a>>,
-) {
-    let (Value::Array(desired_items), Value::Array(live_items)) = (desired, live) else {
-        return;
-    };
-    let whole = |path: &[Segment<'a>], found: &mut Vec<Found<'a>>| {
-        found.push(Found {
-            path: path.to_vec(),
-            live: Some(live),
-            desired: Some(desired),
-        });
-    };
-    if desired_items.is_empty() {
-        // Git sets no item. Live items of an associative list are other
-        // managers'; of an atomic list, they are drift.
-        if !live_items.is_empty() && merge_key(live_items).is_none() {
-            whole(path, found);
-        }
-        return;
-    }
-    if let Some(key) = merge_key(desired_items) {
-        for desired_item in desired_items {
-            let Some(desired_map) = desired_item.as_object() else {
-                continue;
-            };
-            let live_item = live_items.iter().find(|live_item| {
-                live_item
-                    .as_object()
-                    .is_some_and(|live_map| same_item(key, desired_map, live_map))
-            });
-            let item = live_item.and_then(Value::as_object).unwrap_or(desired_map);
-            path.push(Segment::Item {
-                key,
-                value: &desired_map[key],
-                item,
-            });
-            compare(path, desired_item, live_item, found);
-            path.pop();
-        }
-        return;
-    }
-    if desired_items
-        .iter()
-        .all(|item| !item.is_object() && !item.is_array())
-    {
-        let equal = desired_items.len() == live_items.len()
-            && desired_items
-                .iter()
-                .zip(live_items)
-                .all(|(d, l)| scalar_eq(path, d, l));
-        if !equal {
-            whole(path, found);
-        }
-        return;
-    }
-    if desired_items.len() != live_items.len() {
-        whole(path, found);
-        return;
-    }
-    for (index, (desired_item, live_item)) in desired_items.iter().zip(live_items).enumerate() {
-        path.push(Segment::Index(index));
-        compare(path, desired_item, Some(live_item), found);
-        path.pop();
-    }
-}
-
-/// Whether two list items are the same by merge key. Ports also match on
-/// protocol, which the API server defaults to TCP.
-pub(super) fn same_item(
-    key: &str,
-    desired: &Map<String, Value>,
-    live: &Map<String, Value>,
-) -> bool {
-    let same_key = match (desired.get(key), live.get(key)) {
-        (Some(d), Some(l)) => loose_eq(d, l),
-        _ => false,
-    };
-    if !same_key {
-        return false;
-    }
-    if matches!(key, "containerPort" | "port") {
-        let protocol = |item: &Map<String, Value>| {
-            item.get("protocol")
-                .and_then(Value::as_str)
-                .unwrap_or("TCP")
-                .to_string()
+/// Whether a list item is the one a `k:{…}` (its key fields) or `v:…` (its
+/// value) fieldsV1 key names.
+pub(super) fn item_matches(key: &str, item: &Value) -> bool {
+    if let Some(keys) = key.strip_prefix("k:") {
+        let Ok(Value::Object(keys)) = serde_json::from_str::<Value>(keys) else {
+            return false;
         };
-        return protocol(desired) == protocol(live);
+        return !keys.is_empty()
+            && keys
+                .iter()
+                .all(|(field, value)| item.get(field) == Some(value));
     }
-    true
-}
-
-/// Fields whose values are Kubernetes quantities (`500m`, `1Gi`) when both
-/// sides parse as one.
-pub(super) const QUANTITY_FIELDS: [&str; 7] = [
-    "resources",
-    "limits",
-    "requests",
-    "hard",
-    "capacity",
-    "allocatable",
-    "storage",
-];
-
-pub(super) fn in_quantity_field(path: &[Segment<'_>]) -> bool {
-    path.iter()
-        .any(|segment| matches!(segment, Segment::Key(key) if QUANTITY_FIELDS.contains(key)))
-}
-
-/// Equality of two scalars as the API server means it: numbers by value, an
-/// int-or-string by its decimal form, quantities by value.
-pub(super) fn scalar_eq(path: &[Segment<'_>], desired: &Value, live: &Value) -> bool {
-    if loose_eq(desired, live) {
-        return true;
-    }
-    if in_quantity_field(path)
-        && let (Some(d), Some(l)) = (quantity_of(desired), quantity_of(live))
-    {
-        return d.same_value(l);
+    if let Some(value) = key.strip_prefix("v:") {
+        return serde_json::from_str::<Value>(value).is_ok_and(|value| &value == item);
     }
     false
 }
 
-/// Equality with numbers compared by value (`5 == 5.0`) and an int-or-string
-/// matching a number written out (`"8080" == 8080`).
-pub(super) fn loose_eq(a: &Value, b: &Value) -> bool {
-    match (a, b) {
-        (Value::Number(a), Value::Number(b)) => numbers_equal(a, b),
-        (Value::Number(n), Value::String(s)) | (Value::String(s), Value::Number(n)) => {
-            let plain = s
-                .bytes()
-                .all(|b| b.is_ascii_digit() || matches!(b, b'.' | b'-' | b'+'));
-            match (plain.then(|| Quantity::parse(s)).flatten(), number_value(n)) {
-                (Some(s), Some(n)) => s.same_value(n),
-                _ => false,
-            }
-        }
-        _ => a == b,
-    }
+/// Fields that are not Setpoint's to compare: the hash is compared on its
+/// own (a different hash is a Git change, not drift).
+fn skipped(path: &[&str], key: &str) -> bool {
+    matches!(path, ["f:metadata", "f:annotations"])
+        && key.strip_prefix("f:") == Some(HASH_ANNOTATION)
 }
 
-pub(super) fn numbers_equal(a: &Number, b: &Number) -> bool {
-    match (number_value(a), number_value(b)) {
-        (Some(a), Some(b)) => a.same_value(b),
-        _ => a.as_f64() == b.as_f64(),
-    }
+/// `~` and `/` escaped, as RFC 6901 wants in a pointer.
+fn escape(name: &str) -> String {
+    name.replace('~', "~0").replace('/', "~1")
 }
 
-pub(super) fn number_value(n: &Number) -> Option<Quantity> {
-    Quantity::parse(&n.to_string())
-}
-
-pub(super) fn quantity_of(value: &Value) -> Option<Quantity> {
-    match value {
-        Value::String(s) => Quantity::parse(s),
-        Value::Number(n) => number_value(n),
-        _ => None,
-    }
-}
-
-pub(super) fn render_path(path: &[Segment<'_>]) -> String {
+/// `spec.template.spec.containers[name=app].image`,
+/// `metadata.annotations["example.com/x"]`, `ports[containerPort=80,protocol=TCP]`.
+pub(super) fn render_path(path: &[&str]) -> String {
     let mut out = String::new();
-    for segment in path {
-        match segment {
-            Segment::Key(key) if is_identifier(key) => {
+    for key in path {
+        if let Some(name) = key.strip_prefix("f:") {
+            if is_identifier(name) {
                 if !out.is_empty() {
                     out.push('.');
                 }
-                out.push_str(key);
+                out.push_str(name);
+            } else {
+                let _ = write!(out, "[{}]", Value::String(name.to_string()));
             }
-            Segment::Key(key) => {
-                let _ = write!(out, "[{}]", Value::String((*key).to_string()));
-            }
-            Segment::Item { key, value, .. } => {
-                let _ = write!(out, "[{key}={}]", shown(Some(value)));
-            }
-            Segment::Index(index) => {
-                let _ = write!(out, "[{index}]");
-            }
+        } else if let Some(index) = key.strip_prefix("i:") {
+            let _ = write!(out, "[{index}]");
+        } else if let Some(keys) = key.strip_prefix("k:") {
+            let keys: Map<String, Value> = serde_json::from_str(keys).unwrap_or_default();
+            let shown_keys: Vec<String> = keys
+                .iter()
+                .map(|(field, value)| format!("{field}={}", shown(Some(value))))
+                .collect();
+            let _ = write!(out, "[{}]", shown_keys.join(","));
+        } else if let Some(value) = key.strip_prefix("v:") {
+            let value: Value = serde_json::from_str(value).unwrap_or(Value::Null);
+            let _ = write!(out, "[{}]", shown(Some(&value)));
         }
     }
     if out.is_empty() {
@@ -330,7 +246,7 @@ pub(super) fn render_path(path: &[Segment<'_>]) -> String {
     out
 }
 
-pub(super) fn is_identifier(key: &str) -> bool {
+fn is_identifier(key: &str) -> bool {
     let mut chars = key.chars();
     chars
         .next()

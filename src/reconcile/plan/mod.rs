@@ -5,14 +5,19 @@
 //! longer has are pruned. Pure: no client, no I/O, so every case is a unit
 //! test on plain JSON.
 //!
-//! The comparison follows server-side apply: only the fields Git sets are
-//! compared, so what the API server and other controllers add (defaults,
-//! `status`, extra list items) is never drift. A drifted field is reported
-//! with the manager that last wrote it, read from `metadata.managedFields`.
+//! The comparison is a server-side diff (`compare.rs`): the live object
+//! against the API server's dry run of applying Git's object, on the fields
+//! Setpoint's apply owns. The dry runs are gathered before (`dry_run.rs`)
+//! and are an input here, like the live objects. So normalization
+//! (`1000m` and `1`, `1024Mi` and `1Gi`), defaults, list keys and mutating
+//! admission are never drift. A drifted field is reported with the manager
+//! that last wrote it, read from `metadata.managedFields`
+//! (`attribution.rs`); `spec.ignoreDifferences` (`ignore.rs`) takes fields
+//! out of both the comparison and the applied object.
 
 mod attribution;
 mod compare;
-mod quantity;
+mod ignore;
 #[cfg(test)]
 mod tests;
 
@@ -22,7 +27,12 @@ use std::fmt;
 
 use serde_json::Value;
 
-use compare::diff;
+use attribution::field_managers;
+use compare::{applied_fields, differences, drifts};
+use ignore::Ignored;
+pub use ignore::applied_body;
+
+use crate::api::IgnoreDifferences;
 
 use crate::manifest::{Manifest, ObjectId};
 
@@ -47,6 +57,11 @@ pub struct LiveState {
     /// Objects this Application applied before (from its last status), to tell
     /// "new in Git" from "deleted by someone".
     pub previously_applied: BTreeSet<ObjectId>,
+    /// For each desired object that is live, keyed by its desired id: the
+    /// API server's answer to a server-side apply dry run of it (field
+    /// manager `setpoint`), with its `managedFields`. A live object without
+    /// one is compared by its hash only.
+    pub dry_runs: HashMap<ObjectId, Value>,
 }
 
 /// Every step of one reconcile: one per desired manifest, in the order given,
@@ -174,13 +189,14 @@ impl Plan {
     }
 }
 
-/// Compares desired with live and decides one step per object.
-pub fn plan(desired: &[Manifest], live: &LiveState) -> Plan {
+/// Compares desired with live and decides one step per object; `ignore` is
+/// the Application's `spec.ignoreDifferences`.
+pub fn plan(desired: &[Manifest], live: &LiveState, ignore: &[IgnoreDifferences]) -> Plan {
     let mut steps: Vec<Step> = desired
         .iter()
         .map(|manifest| Step {
             id: manifest.id.clone(),
-            action: decide(manifest, live),
+            action: decide(manifest, live, ignore),
         })
         .collect();
     // `owned` is a BTreeSet, so prunes come out sorted. Only objects that carry
@@ -202,7 +218,7 @@ pub fn plan(desired: &[Manifest], live: &LiveState) -> Plan {
     Plan { steps }
 }
 
-fn decide(manifest: &Manifest, live: &LiveState) -> Action {
+fn decide(manifest: &Manifest, live: &LiveState, ignore: &[IgnoreDifferences]) -> Action {
     let Some(live_object) = find_live(&manifest.id, &live.objects) else {
         let deleted_live = live
             .previously_applied
@@ -210,16 +226,10 @@ fn decide(manifest: &Manifest, live: &LiveState) -> Action {
             .any(|id| id.same_object(&manifest.id));
         return Action::Create { deleted_live };
     };
-    let secret = manifest.id.group.is_empty() && manifest.id.kind == "Secret";
-    let desired = if secret {
-        fold_string_data(&manifest.body)
-    } else {
-        Cow::Borrowed(&manifest.body)
+    let drift = match live.dry_runs.get(&manifest.id) {
+        Some(dry_run) => drift(manifest, dry_run, live_object, ignore),
+        None => Vec::new(),
     };
-    let mut drift = diff(&desired, live_object);
-    if secret {
-        drift.iter_mut().for_each(redact);
-    }
     let live_hash = manifest_hash(live_object);
     if live_hash.is_none() || live_hash != manifest_hash(&manifest.body) {
         Action::Update {
@@ -236,49 +246,56 @@ fn decide(manifest: &Manifest, live: &LiveState) -> Action {
     }
 }
 
-/// A Secret as the API server stores it: `stringData` is write-only, folded
-/// into `data` base64-encoded (winning over `data`), so comparing it as Git
-/// wrote it would be drift forever.
-fn fold_string_data(body: &Value) -> Cow<'_, Value> {
-    let Some(string_data) = body.get("stringData").and_then(Value::as_object) else {
-        return Cow::Borrowed(body);
+/// The fields Setpoint's apply owns whose dry-run value differs from live,
+/// less those the Application ignores.
+fn drift(
+    manifest: &Manifest,
+    dry_run: &Value,
+    live_object: &Value,
+    ignore: &[IgnoreDifferences],
+) -> Vec<Drift> {
+    let Some(fields) = applied_fields(dry_run) else {
+        return Vec::new();
     };
-    let mut folded = body.clone();
-    let mut data = folded
-        .get("data")
-        .and_then(Value::as_object)
-        .cloned()
-        .unwrap_or_default();
-    for (key, value) in string_data {
-        if let Some(text) = value.as_str() {
-            data.insert(key.clone(), Value::String(base64(text.as_bytes())));
-        }
+    let secret = manifest.id.group.is_empty() && manifest.id.kind == "Secret";
+    let fields = if secret {
+        fold_string_data(fields)
+    } else {
+        Cow::Borrowed(fields)
+    };
+    let ignored = Ignored::for_object(ignore, &manifest.id);
+    let managers = field_managers(live_object);
+    let found = differences(&fields, dry_run, live_object)
+        .into_iter()
+        .filter(|found| !ignored.covers(found, &managers))
+        .collect();
+    let mut drift = drifts(found, &managers);
+    if secret {
+        drift.iter_mut().for_each(redact);
     }
-    if let Some(object) = folded.as_object_mut() {
-        object.remove("stringData");
-        object.insert("data".into(), Value::Object(data));
-    }
-    Cow::Owned(folded)
+    drift
 }
 
-/// Standard base64 with padding, as Secret `data` holds it.
-fn base64(bytes: &[u8]) -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
-    for chunk in bytes.chunks(3) {
-        let byte = |i: usize| u32::from(chunk.get(i).copied().unwrap_or(0));
-        let triple = (byte(0) << 16) | (byte(1) << 8) | byte(2);
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(char::from(
-                    ALPHABET[((triple >> (18 - 6 * i)) & 63) as usize],
-                ));
-            } else {
-                out.push('=');
+/// A Secret's `stringData` is write-only: the API server folds it into
+/// `data`, but records Setpoint's apply as owning `f:stringData`. Its keys
+/// are compared under `data`, where they live.
+fn fold_string_data(fields: &Value) -> Cow<'_, Value> {
+    let Some(string_data) = fields.get("f:stringData").and_then(Value::as_object) else {
+        return Cow::Borrowed(fields);
+    };
+    let mut folded = fields.clone();
+    if let Some(map) = folded.as_object_mut() {
+        map.remove("f:stringData");
+        let data = map
+            .entry("f:data")
+            .or_insert_with(|| Value::Object(Default::default()));
+        if let Some(data) = data.as_object_mut() {
+            for (key, child) in string_data {
+                data.insert(key.clone(), child.clone());
             }
         }
     }
-    out
+    Cow::Owned(folded)
 }
 
 /// Secret values go into Events and status: a drift line names the key,
@@ -299,7 +316,7 @@ fn redact(drift: &mut Drift) {
 /// The live copy of a desired object, possibly fetched at another version.
 /// The exact id wins; among other versions the smallest id, so the choice
 /// does not depend on HashMap order.
-fn find_live<'a>(id: &ObjectId, objects: &'a HashMap<ObjectId, Value>) -> Option<&'a Value> {
+pub fn find_live<'a>(id: &ObjectId, objects: &'a HashMap<ObjectId, Value>) -> Option<&'a Value> {
     if let Some(object) = objects.get(id) {
         return Some(object);
     }

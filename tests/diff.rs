@@ -204,9 +204,24 @@ async fn replicas_owned_by_the_hpa_are_left_to_it_with_a_managed_fields_managers
         managed_fields_managers: vec!["kube-controller-manager".into()],
         ..Default::default()
     };
-    // The rule is set on the Application read back before each reconcile:
-    // the shared test cluster's Application CRD is installed by every
-    // branch's tests, so a field new in this one may be pruned on write.
+    let applications = ns.api::<setpoint::api::Application>();
+    let set_rule = |rules: serde_json::Value| {
+        let applications = applications.clone();
+        async move {
+            applications
+                .patch(
+                    "app",
+                    &PatchParams::default(),
+                    &Patch::Merge(serde_json::json!({"spec": {"ignoreDifferences": rules}})),
+                )
+                .await
+                .expect("set spec.ignoreDifferences")
+        }
+    };
+    set_rule(serde_json::to_value([&rule]).unwrap()).await;
+    // The rule is also set on the Application as read back before each
+    // reconcile: on a shared development cluster the Application CRD is
+    // installed by every branch's tests, and one without the field prunes it.
     let with_rule = || async {
         let mut app = get_app(&ns, "app").await;
         app.spec.ignore_differences = vec![rule.clone()];
@@ -225,7 +240,13 @@ async fn replicas_owned_by_the_hpa_are_left_to_it_with_a_managed_fields_managers
             .unwrap();
         assert!(outcome.in_sync(), "{:?}", outcome.plan);
         assert!(outcome.applied.is_empty(), "{:?}", outcome.applied);
-        assert_eq!(replicas(&ns, "web").await, Some(4));
+        let live = ns.api::<Deployment>().get("web").await.unwrap();
+        assert_eq!(
+            live.spec.replicas,
+            Some(4),
+            "replicas set back by: {:?}",
+            live.metadata.managed_fields
+        );
         rounds += 1;
     }
     assert!(rounds >= 10, "{rounds} reconciles in {NO_FIGHT:?}");
@@ -237,10 +258,13 @@ async fn replicas_owned_by_the_hpa_are_left_to_it_with_a_managed_fields_managers
     let commit = repo
         .write("app/deploy.yaml", &deployment_yaml("web", 2, "app:2"))
         .commit("app:2");
-    let outcome = reconcile(&ctx, &with_rule().await, &Request::default())
-        .await
-        .unwrap();
+    let app = with_rule().await;
+    let before = ctx.requests.get();
+    let outcome = reconcile(&ctx, &app, &Request::default()).await.unwrap();
+    let used = ctx.requests.get() - before;
     assert_eq!(outcome.applied.len(), 1, "{:?}", outcome.plan);
+    // One dry run, the diff's: the apply does not send it again.
+    assert_eq!(used.dry_runs, 1, "{used:?}");
     let live = ns.api::<Deployment>().get("web").await.unwrap();
     let spec = live.spec;
     assert_eq!(
@@ -259,6 +283,7 @@ async fn replicas_owned_by_the_hpa_are_left_to_it_with_a_managed_fields_managers
 
     // Without the rule, the HPA's replicas are drift, named with their
     // manager (and selfHeal sets them back).
+    set_rule(serde_json::Value::Null).await;
     let app = get_app(&ns, "app").await;
     assert!(app.spec.ignore_differences.is_empty());
     let outcome = reconcile(&ctx, &app, &Request::default()).await.unwrap();

@@ -211,11 +211,14 @@ fn apply_params(dry_run: bool) -> PatchParams {
 }
 
 /// Dry-runs, then applies, `chosen` (indexes into `desired`) in order.
+/// Objects in `dry_run_done` were dry-run with the same body in this
+/// reconcile already (the server-side diff's input) and are not sent again.
 pub async fn apply(
     client: &Client,
     kinds: &Kinds,
     desired: &mut [Desired],
     chosen: &[usize],
+    dry_run_done: &HashMap<ObjectId, Value>,
 ) -> Result<Vec<Applied>, ApplyError> {
     let mut order: Vec<usize> = chosen.to_vec();
     order.sort_by_key(|&i| {
@@ -228,6 +231,9 @@ pub async fn apply(
         let d = &desired[i];
         let Some(kind) = &d.kind else { continue };
         let id = &d.manifest.id;
+        if dry_run_done.contains_key(id) {
+            continue;
+        }
         // An object in a namespace this same sync creates cannot be dry-run yet.
         if id
             .namespace

@@ -355,7 +355,7 @@ async fn sync(
         .map(|(i, m)| (&m.id, i))
         .collect();
     let chosen: Vec<usize> = decision.apply.iter().map(|s| index[&s.id]).collect();
-    let applied = apply::apply(&client, &ctx.kinds, &mut desired, &chosen).await?;
+    let applied = apply::apply(&client, &ctx.kinds, &mut desired, &chosen, &live.dry_runs).await?;
     if applied
         .iter()
         .any(|a| a.id.group == "apiextensions.k8s.io" && a.id.kind == "CustomResourceDefinition")

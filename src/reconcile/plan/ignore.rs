@@ -71,13 +71,13 @@ impl<'a> Ignored<'a> {
 /// existence (`.`) is not owning its fields.
 fn owns_value(fields: &Value, path: &[&str]) -> bool {
     let mut node = fields;
-    for key in path {
+    for (depth, key) in path.iter().enumerate() {
         let Some(map) = node.as_object() else {
             return false;
         };
         match map.get(*key) {
             Some(next) => node = next,
-            None => return map.is_empty() && !std::ptr::eq(node, fields),
+            None => return depth > 0 && map.is_empty(),
         }
     }
     true

@@ -377,6 +377,9 @@ pub fn describe(app: &Application) -> String {
             .collect();
         out.push_str(&table(&["TYPE", "STATUS", "REASON", "MESSAGE"], &rows));
     }
+    if let Some(run) = &status.sync_run {
+        out.push_str(&sync_run_section(run));
+    }
     if !status.resources.is_empty() {
         out.push('\n');
         let rows: Vec<Vec<String>> = status
@@ -401,6 +404,53 @@ pub fn describe(app: &Application) -> String {
             &["KIND", "NAMESPACE", "NAME", "SYNC", "HEALTH", "MESSAGE"],
             &rows,
         ));
+    }
+    out
+}
+
+/// The last ordered sync: its phase, each wave and each hook with how long
+/// it took (or `running`).
+fn sync_run_section(run: &crate::api::SyncRun) -> String {
+    use crate::reconcile::ordering::shown_ms;
+    let took = |ms: Option<i64>| ms.map_or_else(|| "running".to_string(), shown_ms);
+    let mut out = format!(
+        "\nSYNC RUN  {:?} at {}{}\n",
+        run.phase,
+        short(Some(&run.revision)),
+        run.message
+            .as_deref()
+            .map(|m| format!(" ({})", cut(m, 80)))
+            .unwrap_or_default()
+    );
+    if !run.waves.is_empty() {
+        let rows: Vec<Vec<String>> = run
+            .waves
+            .iter()
+            .map(|w| {
+                vec![
+                    w.wave.to_string(),
+                    w.objects.to_string(),
+                    took(w.duration_ms),
+                ]
+            })
+            .collect();
+        out.push_str(&table(&["WAVE", "OBJECTS", "TOOK"], &rows));
+    }
+    if !run.hooks.is_empty() {
+        let rows: Vec<Vec<String>> = run
+            .hooks
+            .iter()
+            .map(|h| {
+                vec![
+                    format!("{:?}", h.phase),
+                    h.kind.clone(),
+                    h.name.clone(),
+                    format!("{:?}", h.state),
+                    took(h.duration_ms),
+                ]
+            })
+            .collect();
+        out.push_str(&table(&["HOOK", "KIND", "NAME", "STATE", "TOOK"], &rows));
     }
     out
 }

@@ -237,19 +237,27 @@ impl std::fmt::Display for Target {
 /// in (a cluster-scoped kind's objects have none), so that Roles in those
 /// namespaces are enough.
 fn watch_targets(apps: &[Arc<Application>], scope: &Scope) -> BTreeSet<Target> {
-    apps.iter()
+    let target = |group: &str, version: &str, kind: &str, namespace: &Option<String>| Target {
+        group: group.to_string(),
+        version: version.to_string(),
+        kind: kind.to_string(),
+        namespace: if scope.is_all() {
+            None
+        } else {
+            namespace.clone()
+        },
+    };
+    let resources = apps
+        .iter()
         .flat_map(|app| app.status.iter().flat_map(|s| s.resources.iter()))
-        .map(|r| Target {
-            group: r.group.clone(),
-            version: r.version.clone(),
-            kind: r.kind.clone(),
-            namespace: if scope.is_all() {
-                None
-            } else {
-                r.namespace.clone()
-            },
-        })
-        .collect()
+        .map(|r| target(&r.group, &r.version, &r.kind, &r.namespace));
+    // The hooks a sync created (Jobs, mostly): their completion resumes it.
+    let hooks = apps
+        .iter()
+        .flat_map(|app| app.status.iter().flat_map(|s| s.sync_run.iter()))
+        .flat_map(|run| run.hooks.iter())
+        .map(|h| target(&h.group, &h.version, &h.kind, &h.namespace));
+    resources.chain(hooks).collect()
 }
 
 #[derive(Default)]

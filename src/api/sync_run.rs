@@ -82,6 +82,7 @@ pub struct SyncRun {
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(transform = crate::api::kubernetes_formats)]
 pub struct WaveRecord {
     pub wave: i32,
     /// Objects in the wave (hooks included).

@@ -18,6 +18,7 @@ use setpoint::reconcile::{Outcome, Request};
 use support::app::{
     automated, context, create_app, event_notes, get_app, install_crd, reconcile_app,
 };
+use support::process::{Setpoint, free_port};
 use support::{GitRepo, TestNamespace, wait_for};
 
 const DEADLINE: Duration = Duration::from_secs(90);
@@ -443,4 +444,60 @@ async fn a_failing_presync_hook_applies_nothing_and_runs_the_syncfail_hook() {
     assert!(after.applied.is_empty());
     assert!(!exists::<Deployment>(&ns, "web").await);
     assert!(!event_notes(&ns, "app", "HookFailed").await.is_empty());
+}
+
+#[tokio::test]
+async fn setpoint_run_resumes_a_waiting_wave_on_the_watch_event_of_the_health_change() {
+    let ns = TestNamespace::new("wave-run").await;
+    install_crd(&ns.client).await;
+    hold_pods(&ns).await;
+    let repo = GitRepo::new();
+    repo.write("app/deploy.yaml", &deployment("web", None))
+        .write("app/late.yaml", &configmap("late", Some("5")))
+        .commit("waves 0 and 5");
+    create_app(&ns, "app", &repo.url(), "app", automated(true, true)).await;
+    let cache = tempfile::tempdir().unwrap();
+    let listen = format!("127.0.0.1:{}", free_port());
+    // No sweep: only events move the sync on.
+    let args = ["run", "--listen", &listen, "--sweep-interval", "1h"];
+    let setpoint = Setpoint::scoped(&ns.name, &args, &[], cache.path());
+    wait_for("waiting for wave 0", DEADLINE, || async {
+        let app = get_app(&ns, "app").await;
+        let conditions = app.status.map(|s| s.conditions).unwrap_or_default();
+        match conditions
+            .iter()
+            .find(|c| c.type_ == ConditionType::Reconciling)
+        {
+            Some(c) if c.reason == "WaitingForWave" => Ok(()),
+            other => Err(format!("{other:?}\n{}", setpoint.logs())),
+        }
+    })
+    .await;
+    assert!(exists::<Deployment>(&ns, "web").await);
+    assert!(!exists::<ConfigMap>(&ns, "late").await);
+
+    ns.api::<ResourceQuota>()
+        .delete("no-pods", &DeleteParams::default())
+        .await
+        .expect("delete the quota");
+    let released = Instant::now();
+    wait_for("wave 5 applied", DEADLINE, || async {
+        if exists::<ConfigMap>(&ns, "late").await {
+            Ok(())
+        } else {
+            Err(setpoint.logs())
+        }
+    })
+    .await;
+    eprintln!(
+        "setpoint run: wave 5 applied {:?} after the quota was removed",
+        released.elapsed()
+    );
+    let logs = setpoint.logs();
+    assert!(
+        logs.lines().any(|l| l.contains("enqueue")
+            && l.contains("Deployment web")
+            && l.contains("health changed")),
+        "the watch did not report the Deployment's health change:\n{logs}"
+    );
 }

@@ -731,6 +731,31 @@ mod tests {
     }
 
     #[test]
+    fn the_hooks_of_a_sync_run_are_watched_so_their_completion_resumes_it() {
+        let mut app = (*app_with(&[("apps", "Deployment", Some("team-a"))])).clone();
+        let status = app.status.as_mut().unwrap();
+        status.sync_run = Some(crate::api::SyncRun {
+            hooks: vec![crate::api::HookRecord {
+                group: "batch".into(),
+                version: "v1".into(),
+                kind: "Job".into(),
+                namespace: Some("team-a".into()),
+                name: "migrate".into(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        });
+        let targets: Vec<String> = watch_targets(&[Arc::new(app)], &Scope::new(["team-a"]))
+            .iter()
+            .map(Target::to_string)
+            .collect();
+        assert_eq!(
+            targets,
+            ["apps/v1 Deployment in team-a", "batch/v1 Job in team-a"]
+        );
+    }
+
+    #[test]
     fn retries_start_short_double_and_stay_within_two_seconds() {
         let mut retry = Retry::default();
         let now = Instant::now();

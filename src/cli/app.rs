@@ -509,6 +509,54 @@ mod tests {
     }
 
     #[test]
+    fn app_get_shows_the_waves_and_hooks_of_the_sync_run() {
+        use crate::api::{HookPhase, HookRecord, HookState, RunPhase, SyncRun, WaveRecord};
+        let run = SyncRun {
+            revision: "0123456789abcdef".into(),
+            phase: RunPhase::Sync,
+            message: Some("waiting for wave 5 to be Healthy".into()),
+            waves: vec![
+                WaveRecord {
+                    wave: 0,
+                    objects: 2,
+                    started_at: String::new(),
+                    duration_ms: Some(1500),
+                },
+                WaveRecord {
+                    wave: 5,
+                    objects: 1,
+                    started_at: String::new(),
+                    duration_ms: None,
+                },
+            ],
+            hooks: vec![HookRecord {
+                phase: HookPhase::PreSync,
+                kind: "Job".into(),
+                name: "migrate".into(),
+                state: HookState::Succeeded,
+                duration_ms: Some(800),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let out = sync_run_section(&run);
+        assert!(
+            out.contains("SYNC RUN  Sync at 0123456789ab (waiting for wave 5 to be Healthy)"),
+            "{out}"
+        );
+        let lines: Vec<String> = out
+            .lines()
+            .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+            .collect();
+        assert!(lines.contains(&"0 2 1.5s".to_string()), "{out}");
+        assert!(lines.contains(&"5 1 running".to_string()), "{out}");
+        assert!(
+            lines.contains(&"PreSync Job migrate Succeeded 800ms".to_string()),
+            "{out}"
+        );
+    }
+
+    #[test]
     fn history_is_listed_newest_first_with_short_revisions() {
         let history = [OperationSummary {
             revision: "0123456789abcdef0123".into(),

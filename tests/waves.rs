@@ -194,11 +194,16 @@ async fn a_later_wave_waits_for_the_earlier_one_to_be_healthy_and_is_pruned_firs
         .await
         .expect("delete the quota");
     let released = Instant::now();
-    let done = reconcile_until(&ctx, &ns, "wave 5 applied", |o| {
-        if o.applied.iter().any(|id| id.name == "late") {
-            Ok(())
+    // A reconcile may apply wave 5 and then fail on a passing fault (a
+    // status write under load): the ConfigMap itself is what counts.
+    let done = wait_for("wave 5 applied", DEADLINE, || async {
+        let outcome = reconcile_app(&ctx, &ns, "app", &Request::default())
+            .await
+            .map_err(|e| format!("reconcile failed: {e}"))?;
+        if exists::<ConfigMap>(&ns, "late").await {
+            Ok(outcome)
         } else {
-            Err(format!("{:?}", o.status.conditions))
+            Err(format!("{:?}", outcome.status.conditions))
         }
     })
     .await;
@@ -500,4 +505,56 @@ async fn setpoint_run_resumes_a_waiting_wave_on_the_watch_event_of_the_health_ch
             && l.contains("health changed")),
         "the watch did not report the Deployment's health change:\n{logs}"
     );
+}
+
+#[tokio::test]
+async fn crds_in_wave_minus_one_and_their_instances_in_wave_zero() {
+    let ns = TestNamespace::new("wave-crd").await;
+    install_crd(&ns.client).await;
+    let (ctx, _cache) = context().await;
+    let group = format!("{}.example.com", support::unique_name("w").replace('-', ""));
+    let crd = format!(
+        "apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: widgets.{group}
+  annotations:
+    setpoint.dev/sync-wave: \"-1\"
+spec:
+  group: {group}
+  scope: Namespaced
+  names: {{plural: widgets, singular: widget, kind: Widget}}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema:
+        type: object
+        x-kubernetes-preserve-unknown-fields: true
+"
+    );
+    let widget = format!("apiVersion: {group}/v1\nkind: Widget\nmetadata:\n  name: w1\n");
+    let repo = GitRepo::new();
+    repo.write("app/widget.yaml", &widget)
+        .write("app/crd.yaml", &crd)
+        .commit("crd in wave -1");
+    create_app(&ns, "app", &repo.url(), "app", automated(true, true)).await;
+    let done = reconcile_until(&ctx, &ns, "Synced and Healthy", |o| {
+        match (o.status.sync.status, o.status.health.status) {
+            (setpoint::api::Sync::Synced, Health::Healthy) => Ok(()),
+            other => Err(format!("{other:?} {:?}", o.status.conditions)),
+        }
+    })
+    .await;
+    let run = done.status.sync_run.expect("recorded");
+    let waves: Vec<i32> = run.waves.iter().map(|w| w.wave).collect();
+    assert_eq!(waves, [-1, 0]);
+    assert_eq!(run.phase, RunPhase::Succeeded);
+    let crds: kube::Api<
+        k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+    > = kube::Api::all(ns.client.clone());
+    let _ = crds
+        .delete(&format!("widgets.{group}"), &Default::default())
+        .await;
 }

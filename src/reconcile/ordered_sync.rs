@@ -150,6 +150,7 @@ pub(super) async fn sync(mut input: Input<'_>) -> Result<Ordered, ApplyError> {
             // Nothing more of this revision until a new one or a sync is
             // asked for; the SyncFail hooks are followed to their end.
             refresh_hooks(&input, &mut run, HookPhase::SyncFail).await?;
+            start_sync_fail_hooks(&mut input, &mut run).await;
             let message = run.message.clone().unwrap_or_default();
             hold_all(
                 &input,
@@ -755,6 +756,13 @@ async fn fail(input: &mut Input<'_>, run: &mut SyncRun, error: OrderingError) ->
     run.message = Some(message.clone());
     run.finished_at = Some(stamp());
     input.events.warning(reason, "Sync", message.clone()).await;
+    start_sync_fail_hooks(input, run).await;
+    End::Failed { reason, message }
+}
+
+/// Creates the SyncFail hooks not yet created in this run; one that cannot
+/// be created is reported and tried again by the next reconcile.
+async fn start_sync_fail_hooks(input: &mut Input<'_>, run: &mut SyncRun) {
     let ids = hook_ids(input);
     if let NextHook::Create(create) = ordering::next_hook(HookPhase::SyncFail, &ids, &run.hooks) {
         for j in create {
@@ -771,5 +779,4 @@ async fn fail(input: &mut Input<'_>, run: &mut SyncRun, error: OrderingError) ->
             }
         }
     }
-    End::Failed { reason, message }
 }

@@ -5,8 +5,10 @@
 //! from these types (`setpoint crd`); a test keeps the committed copies equal.
 
 mod conditions;
+mod sync_run;
 
 pub use conditions::{Condition, ConditionStatus, ConditionType, set_condition};
+pub use sync_run::{HookPhase, HookRecord, HookState, RunPhase, SyncRun, WaveRecord};
 
 use kube::CustomResource;
 use schemars::JsonSchema;
@@ -195,6 +197,10 @@ pub struct SyncPolicy {
     /// Allow a sync whose render came out empty to prune everything.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub allow_empty: bool,
+    /// How long one sync wave may take to become Healthy before the sync
+    /// fails (`30s`, `10m`, `1h`); default 10m.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wave_timeout: Option<String>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -238,6 +244,9 @@ pub struct ApplicationStatus {
     /// changes none of them does not reconcile this Application.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub source_inputs: Vec<String>,
+    /// The last sync of a new revision that used sync waves or hooks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sync_run: Option<SyncRun>,
 }
 
 /// How many operations `status.history` keeps.

@@ -377,6 +377,9 @@ pub fn describe(app: &Application) -> String {
             .collect();
         out.push_str(&table(&["TYPE", "STATUS", "REASON", "MESSAGE"], &rows));
     }
+    if let Some(run) = &status.sync_run {
+        out.push_str(&sync_run_section(run));
+    }
     if !status.resources.is_empty() {
         out.push('\n');
         let rows: Vec<Vec<String>> = status
@@ -401,6 +404,53 @@ pub fn describe(app: &Application) -> String {
             &["KIND", "NAMESPACE", "NAME", "SYNC", "HEALTH", "MESSAGE"],
             &rows,
         ));
+    }
+    out
+}
+
+/// The last ordered sync: its phase, each wave and each hook with how long
+/// it took (or `running`).
+fn sync_run_section(run: &crate::api::SyncRun) -> String {
+    use crate::reconcile::ordering::shown_ms;
+    let took = |ms: Option<i64>| ms.map_or_else(|| "running".to_string(), shown_ms);
+    let mut out = format!(
+        "\nSYNC RUN  {:?} at {}{}\n",
+        run.phase,
+        short(Some(&run.revision)),
+        run.message
+            .as_deref()
+            .map(|m| format!(" ({})", cut(m, 80)))
+            .unwrap_or_default()
+    );
+    if !run.waves.is_empty() {
+        let rows: Vec<Vec<String>> = run
+            .waves
+            .iter()
+            .map(|w| {
+                vec![
+                    w.wave.to_string(),
+                    w.objects.to_string(),
+                    took(w.duration_ms),
+                ]
+            })
+            .collect();
+        out.push_str(&table(&["WAVE", "OBJECTS", "TOOK"], &rows));
+    }
+    if !run.hooks.is_empty() {
+        let rows: Vec<Vec<String>> = run
+            .hooks
+            .iter()
+            .map(|h| {
+                vec![
+                    format!("{:?}", h.phase),
+                    h.kind.clone(),
+                    h.name.clone(),
+                    format!("{:?}", h.state),
+                    took(h.duration_ms),
+                ]
+            })
+            .collect();
+        out.push_str(&table(&["HOOK", "KIND", "NAME", "STATE", "TOOK"], &rows));
     }
     out
 }
@@ -455,6 +505,54 @@ mod tests {
         assert_eq!(
             out,
             "NAME          SYNC       MESSAGE\nweb           Synced\npayments-api  OutOfSync  2 objects differ\n"
+        );
+    }
+
+    #[test]
+    fn app_get_shows_the_waves_and_hooks_of_the_sync_run() {
+        use crate::api::{HookPhase, HookRecord, HookState, RunPhase, SyncRun, WaveRecord};
+        let run = SyncRun {
+            revision: "0123456789abcdef".into(),
+            phase: RunPhase::Sync,
+            message: Some("waiting for wave 5 to be Healthy".into()),
+            waves: vec![
+                WaveRecord {
+                    wave: 0,
+                    objects: 2,
+                    started_at: String::new(),
+                    duration_ms: Some(1500),
+                },
+                WaveRecord {
+                    wave: 5,
+                    objects: 1,
+                    started_at: String::new(),
+                    duration_ms: None,
+                },
+            ],
+            hooks: vec![HookRecord {
+                phase: HookPhase::PreSync,
+                kind: "Job".into(),
+                name: "migrate".into(),
+                state: HookState::Succeeded,
+                duration_ms: Some(800),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let out = sync_run_section(&run);
+        assert!(
+            out.contains("SYNC RUN  Sync at 0123456789ab (waiting for wave 5 to be Healthy)"),
+            "{out}"
+        );
+        let lines: Vec<String> = out
+            .lines()
+            .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+            .collect();
+        assert!(lines.contains(&"0 2 1.5s".to_string()), "{out}");
+        assert!(lines.contains(&"5 1 running".to_string()), "{out}");
+        assert!(
+            lines.contains(&"PreSync Job migrate Succeeded 800ms".to_string()),
+            "{out}"
         );
     }
 

@@ -237,19 +237,27 @@ impl std::fmt::Display for Target {
 /// in (a cluster-scoped kind's objects have none), so that Roles in those
 /// namespaces are enough.
 fn watch_targets(apps: &[Arc<Application>], scope: &Scope) -> BTreeSet<Target> {
-    apps.iter()
+    let target = |group: &str, version: &str, kind: &str, namespace: &Option<String>| Target {
+        group: group.to_string(),
+        version: version.to_string(),
+        kind: kind.to_string(),
+        namespace: if scope.is_all() {
+            None
+        } else {
+            namespace.clone()
+        },
+    };
+    let resources = apps
+        .iter()
         .flat_map(|app| app.status.iter().flat_map(|s| s.resources.iter()))
-        .map(|r| Target {
-            group: r.group.clone(),
-            version: r.version.clone(),
-            kind: r.kind.clone(),
-            namespace: if scope.is_all() {
-                None
-            } else {
-                r.namespace.clone()
-            },
-        })
-        .collect()
+        .map(|r| target(&r.group, &r.version, &r.kind, &r.namespace));
+    // The hooks a sync created (Jobs, mostly): their completion resumes it.
+    let hooks = apps
+        .iter()
+        .flat_map(|app| app.status.iter().flat_map(|s| s.sync_run.iter()))
+        .flat_map(|run| run.hooks.iter())
+        .map(|h| target(&h.group, &h.version, &h.kind, &h.namespace));
+    resources.chain(hooks).collect()
 }
 
 #[derive(Default)]
@@ -719,6 +727,31 @@ mod tests {
                 "apps/v1 Deployment in team-a",
                 "apps/v1 Deployment in team-b"
             ]
+        );
+    }
+
+    #[test]
+    fn the_hooks_of_a_sync_run_are_watched_so_their_completion_resumes_it() {
+        let mut app = (*app_with(&[("apps", "Deployment", Some("team-a"))])).clone();
+        let status = app.status.as_mut().unwrap();
+        status.sync_run = Some(crate::api::SyncRun {
+            hooks: vec![crate::api::HookRecord {
+                group: "batch".into(),
+                version: "v1".into(),
+                kind: "Job".into(),
+                namespace: Some("team-a".into()),
+                name: "migrate".into(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        });
+        let targets: Vec<String> = watch_targets(&[Arc::new(app)], &Scope::new(["team-a"]))
+            .iter()
+            .map(Target::to_string)
+            .collect();
+        assert_eq!(
+            targets,
+            ["apps/v1 Deployment in team-a", "batch/v1 Job in team-a"]
         );
     }
 

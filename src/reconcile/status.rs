@@ -4,7 +4,7 @@
 
 use crate::api::{
     ApplicationStatus, Condition, ConditionStatus, ConditionType, Health, HealthStatus,
-    OperationSummary, ResourceStatus, Sync, SyncStatus, set_condition,
+    OperationSummary, ResourceStatus, Sync, SyncRun, SyncStatus, set_condition,
 };
 use crate::reconcile::health::worst;
 use crate::source::render::inputs::Inputs;
@@ -28,6 +28,12 @@ pub enum Ending {
         message: String,
     },
     Suspended,
+    /// Applied as far as the sync waves or hooks allow: waits for a wave to
+    /// be Healthy or a hook to finish (Progressing, not an error).
+    Waiting {
+        reason: String,
+        message: String,
+    },
 }
 
 #[derive(Clone)]
@@ -45,6 +51,8 @@ pub struct Report<'a> {
     /// The repository paths the render read; None when it did not get that
     /// far (keep the last ones).
     pub inputs: Option<Inputs>,
+    /// The ordered sync (waves and hooks) to record; None keeps the last.
+    pub sync_run: Option<SyncRun>,
 }
 
 pub fn build(report: Report<'_>) -> ApplicationStatus {
@@ -55,6 +63,7 @@ pub fn build(report: Report<'_>) -> ApplicationStatus {
         last_applied_revision: previous.last_applied_revision.clone(),
         operation: report.operation.clone().or(previous.operation.clone()),
         history: previous.history.clone(),
+        sync_run: report.sync_run.clone().or(previous.sync_run.clone()),
         source_inputs: report
             .inputs
             .as_ref()
@@ -188,6 +197,11 @@ pub fn build(report: Report<'_>) -> ApplicationStatus {
             cond(true, reason, message.clone()),
             cond(false, reason, String::new()),
         ),
+        Ending::Waiting { reason, message } => (
+            cond(false, reason, message.clone()),
+            cond(true, reason, message.clone()),
+            cond(false, reason, String::new()),
+        ),
         Ending::Suspended => (
             cond(
                 false,
@@ -266,6 +280,7 @@ mod tests {
             ending,
             operation: None,
             inputs: None,
+            sync_run: None,
             now: now.into(),
         })
     }
@@ -285,6 +300,7 @@ mod tests {
                 ending: done.clone(),
                 operation: None,
                 inputs,
+                sync_run: None,
                 now: "t".into(),
             })
         };
@@ -374,6 +390,7 @@ mod tests {
                 },
                 operation: Some(operation),
                 inputs: None,
+                sync_run: None,
                 now: format!("t{i}"),
             });
         }
@@ -394,6 +411,7 @@ mod tests {
             },
             operation: None,
             inputs: None,
+            sync_run: None,
             now: "t12".into(),
         });
         assert_eq!(unchanged.history, status.history);
@@ -420,6 +438,7 @@ mod tests {
             },
             operation: None,
             inputs: None,
+            sync_run: None,
             now: "t2".into(),
         });
         assert_eq!(stalled.sync.status, Sync::Unknown);
@@ -449,6 +468,7 @@ mod tests {
                 ending,
                 operation: None,
                 inputs: None,
+                sync_run: None,
                 now: "t1".into(),
             })
         };
@@ -497,6 +517,7 @@ mod tests {
             },
             operation: None,
             inputs: None,
+            sync_run: None,
             now: "t0".into(),
         });
         assert_eq!(empty.health.status, Health::Healthy);
@@ -525,6 +546,7 @@ mod tests {
             },
             operation: None,
             inputs: None,
+            sync_run: None,
             now: "t".into(),
         });
         assert_eq!(status.health.status, Health::Progressing);

@@ -60,6 +60,9 @@ pub enum Cause {
     Manual,
     /// The last reconcile left something progressing: check back.
     Requeue,
+    /// An Application this one names in `spec.dependsOn` became ready (or
+    /// ready at another revision).
+    DependencyReady { dependency: String },
 }
 
 impl Cause {
@@ -72,6 +75,7 @@ impl Cause {
             Cause::Sweep => "sweep",
             Cause::Manual => "manual",
             Cause::Requeue => "requeue",
+            Cause::DependencyReady { .. } => "dependency-ready",
         }
     }
 }

@@ -42,6 +42,22 @@ pub struct ApplicationSpec {
     /// Stop reconciling (Flux's `suspend`): nothing is applied or pruned.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub suspend: bool,
+    /// Applications that must be Synced and Healthy at their current
+    /// revision before this one is synced; until then it waits
+    /// (`Ready=False`, reason `DependencyNotReady`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub depends_on: Vec<Dependency>,
+}
+
+/// One Application this one waits for.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Dependency {
+    pub name: String,
+    /// Defaults to this Application's namespace; another namespace only for
+    /// an Application of an admin namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
 }
 
 /// Where the manifests are.

@@ -32,6 +32,7 @@ use tokio::task::JoinHandle;
 
 use crate::api::{Application, Health};
 use crate::event::{AppKey, Cause, Event};
+use crate::ingest::dependents::Dependents;
 use crate::queue::Queue;
 use crate::reconcile::health::assess;
 use crate::reconcile::plan::FIELD_MANAGER;
@@ -140,6 +141,10 @@ pub async fn run(
 ) {
     let watches = Arc::new(Mutex::new(KindWatches::default()));
     let mut generations: HashMap<AppKey, Option<i64>> = HashMap::new();
+    // `spec.dependsOn` reversed: Applications that turned ready enqueue
+    // their dependents (after the listing, once every dependent is known).
+    let mut dependents = Dependents::default();
+    let mut became_ready: BTreeSet<AppKey> = BTreeSet::new();
     let mut listing = true;
     tracing::info!(%scope, "watching Applications");
     let admitted = scope.clone();
@@ -174,6 +179,9 @@ pub async fn run(
             WatchEvent::InitDone => listing = false,
             WatchEvent::InitApply(app) | WatchEvent::Apply(app) => {
                 let key = AppKey::new(app.namespace().unwrap_or_default(), app.name_any());
+                if dependents.apply(&app) {
+                    became_ready.insert(key.clone());
+                }
                 let generation = app.metadata.generation;
                 let previous = generations.insert(key.clone(), generation);
                 // New after the first listing, or its spec changed.
@@ -186,10 +194,20 @@ pub async fn run(
                 }
             }
             WatchEvent::Delete(app) => {
-                generations.remove(&AppKey::new(
-                    app.namespace().unwrap_or_default(),
-                    app.name_any(),
-                ));
+                let key = AppKey::new(app.namespace().unwrap_or_default(), app.name_any());
+                dependents.delete(&key);
+                generations.remove(&key);
+            }
+        }
+        if !listing {
+            for dependency in std::mem::take(&mut became_ready) {
+                for dependent in dependents.of(&dependency).into_iter().filter(|_| apps) {
+                    tracing::debug!(%dependency, %dependent, "dependency ready: enqueueing its dependent");
+                    let cause = Cause::DependencyReady {
+                        dependency: dependency.to_string(),
+                    };
+                    publish(&queue, Event::new(dependent, cause)).await;
+                }
             }
         }
         if objects && !listing {

@@ -1,0 +1,210 @@
+//! `make bench`: how soon a dependent follows its dependency
+//! (`spec.dependsOn`), with `setpoint run` on RabbitMQ against the real
+//! local control plane. Each run: Application `a-N` (a Deployment, in a
+//! namespace whose ResourceQuota allows no pod) and `b-N` (a ConfigMap,
+//! `dependsOn: a-N`); once b-N says it waits for a-N, the quota goes. The
+//! delay is from the moment a watch sees a-N Healthy to the moment a watch
+//! sees b-N's ConfigMap created. Reports p50, p99 and max over 20 runs.
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{ConfigMap, ResourceQuota};
+use kube::api::{DeleteParams, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, ResourceExt};
+use setpoint::api::{
+    Application, ApplicationSpec, ConditionType, Dependency, Destination, Health, Source,
+};
+use support::app::{automated, install_crd};
+use support::process::{Setpoint, free_port};
+use support::{GitRepo, TestNamespace, amqp_prefix, amqp_url, wait_for};
+
+const RUNS: usize = 20;
+/// The target for p99.
+const TARGET: Duration = Duration::from_secs(1);
+
+/// When a watch first saw each name in the state it looks for.
+type Seen = Arc<Mutex<HashMap<String, Instant>>>;
+
+fn deployment(name: &str) -> String {
+    format!(
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: {name}\nspec:\n  replicas: 1\n  selector:\n    matchLabels: {{app: {name}}}\n  template:\n    metadata:\n      labels: {{app: {name}}}\n    spec:\n      containers:\n      - name: app\n        image: app:1\n"
+    )
+}
+
+fn application(ns: &str, name: &str, repo: &str, path: &str) -> Application {
+    let mut app = Application::new(
+        name,
+        ApplicationSpec {
+            source: Source {
+                repo_url: repo.into(),
+                path: Some(path.into()),
+                ..Default::default()
+            },
+            sync_policy: automated(true, true),
+            ..Default::default()
+        },
+    );
+    app.metadata.namespace = Some(ns.into());
+    app
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> f64 {
+    let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[index].as_secs_f64() * 1000.0
+}
+
+/// Records when each Application is first seen Healthy.
+fn watch_healthy(api: Api<Application>, seen: Seen) {
+    tokio::spawn(async move {
+        let stream = watcher(api, watcher::Config::default()).applied_objects();
+        futures::pin_mut!(stream);
+        while let Some(app) = stream.next().await {
+            let Ok(app) = app else { continue };
+            if app.status.as_ref().map(|s| s.health.status) == Some(Health::Healthy) {
+                let now = Instant::now();
+                seen.lock().unwrap().entry(app.name_any()).or_insert(now);
+            }
+        }
+    });
+}
+
+/// Records when each ConfigMap is first seen.
+fn watch_created(api: Api<ConfigMap>, seen: Seen) {
+    tokio::spawn(async move {
+        let stream = watcher(api, watcher::Config::default()).applied_objects();
+        futures::pin_mut!(stream);
+        while let Some(cm) = stream.next().await {
+            let Ok(cm) = cm else { continue };
+            let now = Instant::now();
+            seen.lock().unwrap().entry(cm.name_any()).or_insert(now);
+        }
+    });
+}
+
+#[tokio::main]
+async fn main() {
+    let ns = TestNamespace::new("bench-deps").await;
+    install_crd(&ns.client).await;
+    println!("dependsOn benchmark (setpoint run on RabbitMQ, local control plane)");
+    let repo = GitRepo::new();
+    repo.write("a/deploy.yaml", &deployment("web"));
+    for run in 0..RUNS {
+        repo.write(
+            &format!("b/{run}/cm.yaml"),
+            &format!(
+                "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: b-{run}\ndata: {{v: \"1\"}}\n"
+            ),
+        );
+    }
+    repo.commit("a and the b's");
+    let healthy: Seen = Arc::default();
+    let created: Seen = Arc::default();
+    watch_healthy(ns.api(), healthy.clone());
+    watch_created(ns.api(), created.clone());
+
+    let cache = tempfile::tempdir().unwrap();
+    let prefix = amqp_prefix("bench-deps");
+    let listen = format!("127.0.0.1:{}", free_port());
+    let url = amqp_url();
+    let _setpoint = Setpoint::scoped(
+        &ns.name,
+        &[
+            "run",
+            "--listen",
+            &listen,
+            "--amqp-prefix",
+            &prefix,
+            "--no-sweep",
+        ],
+        &[("SETPOINT_AMQP_URL", &url), ("SETPOINT_LOG", "warn")],
+        cache.path(),
+    );
+
+    let deadline = Duration::from_secs(180);
+    let mut delays = Vec::with_capacity(RUNS);
+    for run in 0..RUNS {
+        let target = TestNamespace::new("bench-deps-a").await;
+        let quota: ResourceQuota = serde_json::from_value(serde_json::json!({
+            "metadata": { "name": "no-pods" },
+            "spec": { "hard": { "pods": "0" } }
+        }))
+        .unwrap();
+        target
+            .api::<ResourceQuota>()
+            .create(&PostParams::default(), &quota)
+            .await
+            .expect("create the quota");
+        let (a, b) = (format!("a-{run}"), format!("b-{run}"));
+        let mut app_a = application(&ns.name, &a, &repo.url(), "a");
+        app_a.spec.destination = Destination {
+            namespace: Some(target.name.clone()),
+        };
+        let mut app_b = application(&ns.name, &b, &repo.url(), &format!("b/{run}"));
+        app_b.spec.depends_on = vec![Dependency {
+            name: a.clone(),
+            namespace: None,
+        }];
+        let apps = ns.api::<Application>();
+        apps.create(&PostParams::default(), &app_a).await.unwrap();
+        apps.create(&PostParams::default(), &app_b).await.unwrap();
+        // B waits for A, which is applied and Progressing.
+        wait_for("b waiting for a Progressing a", deadline, || async {
+            let b = apps.get(&b).await.map_err(|e| e.to_string())?;
+            let ready = b
+                .status
+                .unwrap_or_default()
+                .conditions
+                .into_iter()
+                .find(|c| c.type_ == ConditionType::Ready);
+            match ready {
+                Some(c)
+                    if c.reason == "DependencyNotReady" && c.message.contains("Progressing") =>
+                {
+                    Ok(())
+                }
+                other => Err(format!("{other:?}")),
+            }
+        })
+        .await;
+        target
+            .api::<ResourceQuota>()
+            .delete("no-pods", &DeleteParams::default())
+            .await
+            .expect("delete the quota");
+        let (healthy_at, applied_at) = wait_for("a Healthy and b applied", deadline, || async {
+            let healthy_at = healthy.lock().unwrap().get(&a).copied();
+            let applied_at = created.lock().unwrap().get(&b).copied();
+            match (healthy_at, applied_at) {
+                (Some(h), Some(c)) => Ok((h, c)),
+                other => Err(format!("{other:?}")),
+            }
+        })
+        .await;
+        assert!(
+            applied_at >= healthy_at,
+            "b-{run} was applied before a-{run} was seen Healthy"
+        );
+        delays.push(applied_at - healthy_at);
+    }
+    delays.sort();
+    let p99 = percentile(&delays, 0.99);
+    println!(
+        "  a Healthy -> b applied: p50 {:>6.1} ms  p99 {:>6.1} ms  max {:>6.1} ms  ({RUNS} runs; target p99 < {} ms: {})",
+        percentile(&delays, 0.5),
+        p99,
+        delays.last().unwrap().as_secs_f64() * 1000.0,
+        TARGET.as_millis(),
+        if p99 < TARGET.as_secs_f64() * 1000.0 {
+            "met"
+        } else {
+            "MISSED"
+        }
+    );
+}

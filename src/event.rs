@@ -61,8 +61,9 @@ pub enum Cause {
     /// The last reconcile left something progressing: check back.
     Requeue,
     /// An Application this one names in `spec.dependsOn` became ready (or
-    /// ready at another revision).
-    DependencyReady { dependency: String },
+    /// ready at another revision), or, while this one waits for it, changed
+    /// state or was deleted.
+    DependencyChanged { dependency: String },
 }
 
 impl Cause {
@@ -75,7 +76,7 @@ impl Cause {
             Cause::Sweep => "sweep",
             Cause::Manual => "manual",
             Cause::Requeue => "requeue",
-            Cause::DependencyReady { .. } => "dependency-ready",
+            Cause::DependencyChanged { .. } => "dependency",
         }
     }
 }

@@ -156,10 +156,19 @@ async fn a_dependent_applies_nothing_until_its_dependency_is_healthy_then_follow
         }
     })
     .await;
-    assert!(
-        message.contains(&format!("{}/a", ns.name)) && message.contains("Progressing"),
-        "{message}"
-    );
+    assert!(message.contains(&format!("{}/a", ns.name)), "{message}");
+    // Woken by A's state changing while it waits, its condition follows A's.
+    wait_for("b's condition to show a Progressing", DEADLINE, || async {
+        match condition(&ns, "b", ConditionType::Ready).await? {
+            (ConditionStatus::False, reason, message)
+                if reason == "DependencyNotReady" && message.contains("Progressing") =>
+            {
+                Ok(())
+            }
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
     assert!(!exists(&ns, "b-settings").await, "b applied nothing");
     let b = ns.api::<Application>().get("b").await.unwrap();
     assert_eq!(

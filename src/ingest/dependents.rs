@@ -10,7 +10,18 @@ use kube::ResourceExt;
 
 use crate::api::Application;
 use crate::event::AppKey;
-use crate::reconcile::depends::{dependencies, ready_revision};
+use crate::reconcile::depends::{State, dependencies, ready_revision, state};
+
+/// What an Application's change means for its dependents.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Due {
+    Nothing,
+    /// It turned ready, or ready at another revision: every dependent.
+    Ready,
+    /// It is still not ready, for another reason: the dependents waiting
+    /// for it, so that their condition says where it stands now.
+    Changed,
+}
 
 #[derive(Debug, Default)]
 pub struct Dependents {
@@ -18,15 +29,15 @@ pub struct Dependents {
     by_dependency: HashMap<AppKey, BTreeSet<AppKey>>,
     /// Dependent → what it named, to undo on change or delete.
     declared: HashMap<AppKey, Vec<AppKey>>,
-    /// Each Application's last readiness: the revision it is ready at.
-    ready: HashMap<AppKey, Option<String>>,
+    /// Each Application's last readiness: the revision it is ready at, and
+    /// where it stands.
+    ready: HashMap<AppKey, (Option<String>, State)>,
 }
 
 impl Dependents {
-    /// Records `app` as the watch sees it now. True when it just became
-    /// ready for its dependents (or ready at another revision): its
+    /// Records `app` as the watch sees it now, and says which of its
     /// dependents are due an event.
-    pub fn apply(&mut self, app: &Application) -> bool {
+    pub fn apply(&mut self, app: &Application) -> Due {
         let key = key_of(app);
         let named = dependencies(app);
         if self.declared.get(&key) != Some(&named) {
@@ -43,9 +54,18 @@ impl Dependents {
                 self.declared.insert(key.clone(), named);
             }
         }
-        let now = ready_revision(app);
+        let now = (ready_revision(app), state(Some(app)));
         let before = self.ready.insert(key, now.clone());
-        now.is_some() && before.flatten() != now
+        match before {
+            _ if now.0.is_some()
+                && before.as_ref().and_then(|b| b.0.as_ref()) != now.0.as_ref() =>
+            {
+                Due::Ready
+            }
+            Some(before) if before.1 != now.1 => Due::Changed,
+            None if now.0.is_none() => Due::Changed,
+            _ => Due::Nothing,
+        }
     }
 
     /// `key` was deleted: its edges go (its dependents stay indexed under
@@ -138,26 +158,28 @@ mod tests {
     #[test]
     fn dependents_are_found_even_before_their_dependency_exists() {
         let mut index = Dependents::default();
-        assert!(!index.apply(&app("b", &["a"])));
-        assert!(!index.apply(&app("c", &["a", "x"])));
+        index.apply(&app("b", &["a"]));
+        index.apply(&app("c", &["a", "x"]));
         assert_eq!(index.of(&key("a")), vec![key("b"), key("c")]);
         assert_eq!(index.of(&key("x")), vec![key("c")]);
         assert!(index.of(&key("b")).is_empty());
     }
 
     #[test]
-    fn turning_ready_or_changing_revision_is_due_once() {
+    fn turning_ready_or_changing_revision_is_due_once_and_other_changes_too() {
         let mut index = Dependents::default();
         index.apply(&app("b", &["a"]));
-        assert!(!index.apply(&app("a", &[])), "not ready yet");
-        assert!(index.apply(&ready_at(app("a", &[]), "r1")), "became ready");
-        assert!(
-            !index.apply(&ready_at(app("a", &[]), "r1")),
-            "same revision"
-        );
-        assert!(index.apply(&ready_at(app("a", &[]), "r2")), "new revision");
-        assert!(!index.apply(&app("a", &[])), "no longer ready");
-        assert!(index.apply(&ready_at(app("a", &[]), "r2")), "ready again");
+        assert_eq!(index.apply(&app("a", &[])), Due::Changed, "created");
+        assert_eq!(index.apply(&app("a", &[])), Due::Nothing, "no change");
+        let mut progressing = ready_at(app("a", &[]), "r1");
+        progressing.status.as_mut().unwrap().health.status = Health::Progressing;
+        assert_eq!(index.apply(&progressing), Due::Changed, "progressing");
+        let ready = |revision| ready_at(app("a", &[]), revision);
+        assert_eq!(index.apply(&ready("r1")), Due::Ready, "became ready");
+        assert_eq!(index.apply(&ready("r1")), Due::Nothing, "same revision");
+        assert_eq!(index.apply(&ready("r2")), Due::Ready, "new revision");
+        assert_eq!(index.apply(&app("a", &[])), Due::Changed, "no longer ready");
+        assert_eq!(index.apply(&ready("r2")), Due::Ready, "ready again");
     }
 
     #[test]

@@ -16,7 +16,7 @@
 //! are in), as the chart's namespaced RBAC (Roles, no ClusterRole) allows;
 //! cluster-scoped kinds stay cluster-wide.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -32,8 +32,9 @@ use tokio::task::JoinHandle;
 
 use crate::api::{Application, Health};
 use crate::event::{AppKey, Cause, Event};
-use crate::ingest::dependents::Dependents;
+use crate::ingest::dependents::{Dependents, Due};
 use crate::queue::Queue;
+use crate::reconcile::depends;
 use crate::reconcile::health::assess;
 use crate::reconcile::plan::FIELD_MANAGER;
 use crate::reconcile::prepare::{APP_ANNOTATION, APP_LABEL};
@@ -144,7 +145,7 @@ pub async fn run(
     // `spec.dependsOn` reversed: Applications that turned ready enqueue
     // their dependents (after the listing, once every dependent is known).
     let mut dependents = Dependents::default();
-    let mut became_ready: BTreeSet<AppKey> = BTreeSet::new();
+    let mut due: BTreeMap<AppKey, Due> = BTreeMap::new();
     let mut listing = true;
     tracing::info!(%scope, "watching Applications");
     let admitted = scope.clone();
@@ -179,8 +180,15 @@ pub async fn run(
             WatchEvent::InitDone => listing = false,
             WatchEvent::InitApply(app) | WatchEvent::Apply(app) => {
                 let key = AppKey::new(app.namespace().unwrap_or_default(), app.name_any());
-                if dependents.apply(&app) {
-                    became_ready.insert(key.clone());
+                match dependents.apply(&app) {
+                    Due::Nothing => {}
+                    // Ready wins over a change seen earlier in the listing.
+                    now => {
+                        let entry = due.entry(key.clone()).or_insert(now);
+                        if now == Due::Ready {
+                            *entry = now;
+                        }
+                    }
                 }
                 let generation = app.metadata.generation;
                 let previous = generations.insert(key.clone(), generation);
@@ -196,14 +204,19 @@ pub async fn run(
             WatchEvent::Delete(app) => {
                 let key = AppKey::new(app.namespace().unwrap_or_default(), app.name_any());
                 dependents.delete(&key);
+                due.entry(key.clone()).or_insert(Due::Changed);
                 generations.remove(&key);
             }
         }
         if !listing {
-            for dependency in std::mem::take(&mut became_ready) {
-                for dependent in dependents.of(&dependency).into_iter().filter(|_| apps) {
-                    tracing::debug!(%dependency, %dependent, "dependency ready: enqueueing its dependent");
-                    let cause = Cause::DependencyReady {
+            let due = std::mem::take(&mut due);
+            for (dependency, why) in due.into_iter().filter(|_| apps) {
+                for dependent in dependents.of(&dependency) {
+                    if why == Due::Changed && !waiting(&store, &dependent) {
+                        continue;
+                    }
+                    tracing::debug!(%dependency, %dependent, ?why, "enqueueing a dependent");
+                    let cause = Cause::DependencyChanged {
                         dependency: dependency.to_string(),
                     };
                     publish(&queue, Event::new(dependent, cause)).await;
@@ -218,6 +231,18 @@ pub async fn run(
                 .sync(&client, &queue, &scope, targets);
         }
     }
+}
+
+/// Whether `key`'s last reconcile left it waiting for a dependency.
+fn waiting(store: &Store<Application>, key: &AppKey) -> bool {
+    let Some(app) = store.get(&reflector::ObjectRef::new(&key.name).within(&key.namespace)) else {
+        return false;
+    };
+    app.status.as_ref().is_some_and(|s| {
+        s.conditions
+            .iter()
+            .any(|c| c.type_ == crate::api::ConditionType::Ready && c.reason == depends::NOT_READY)
+    })
 }
 
 /// An Application whose current spec no reconcile has seen yet.

@@ -15,7 +15,7 @@ use setpoint::api::{
 };
 use support::app::{automated, install_crd};
 use support::process::{Setpoint, free_port};
-use support::{GitRepo, TestNamespace, amqp_prefix, amqp_url, wait_for};
+use support::{GitRepo, TestNamespace, amqp_prefix, amqp_url, no_pods_quota, wait_for};
 
 const DEADLINE: Duration = Duration::from_secs(90);
 
@@ -121,16 +121,7 @@ async fn a_dependent_applies_nothing_until_its_dependency_is_healthy_then_follow
     // A's objects go to a namespace of their own, where no pod may start.
     let target = TestNamespace::new("deps-a").await;
     install_crd(&ns.client).await;
-    let quota: ResourceQuota = serde_json::from_value(serde_json::json!({
-        "metadata": { "name": "no-pods" },
-        "spec": { "hard": { "pods": "0" } }
-    }))
-    .unwrap();
-    target
-        .api::<ResourceQuota>()
-        .create(&PostParams::default(), &quota)
-        .await
-        .expect("create the quota");
+    no_pods_quota(&target).await;
     let repo = GitRepo::new();
     repo.write("a/deploy.yaml", &deployment("web"))
         .write("b/cm.yaml", &configmap("b-settings"))

@@ -190,6 +190,14 @@ pub async fn run(
                         }
                     }
                 }
+                // Its wait message was written from a store that had not yet
+                // seen a dependency's last change: once more.
+                if apps && !listing && stale_wait(&store, &app) {
+                    let cause = Cause::DependencyChanged {
+                        dependency: String::new(),
+                    };
+                    publish(&queue, Event::new(key.clone(), cause)).await;
+                }
                 let generation = app.metadata.generation;
                 let previous = generations.insert(key.clone(), generation);
                 // New after the first listing, or its spec changed.
@@ -243,6 +251,26 @@ fn waiting(store: &Store<Application>, key: &AppKey) -> bool {
             .iter()
             .any(|c| c.type_ == crate::api::ConditionType::Ready && c.reason == depends::NOT_READY)
     })
+}
+
+/// Whether `app` says it waits for its dependencies with a message other
+/// than the one their state in the store gives now.
+fn stale_wait(store: &Store<Application>, app: &Application) -> bool {
+    let Some(written) = app.status.as_ref().and_then(|s| {
+        s.conditions
+            .iter()
+            .find(|c| c.type_ == crate::api::ConditionType::Ready && c.reason == depends::NOT_READY)
+    }) else {
+        return false;
+    };
+    let lookup =
+        |key: &AppKey| store.get(&reflector::ObjectRef::new(&key.name).within(&key.namespace));
+    // Admin or not does not matter here: one that may not name another
+    // namespace is Stalled, never waiting.
+    match depends::gate(app, true, &lookup) {
+        Ok(gate) => gate.message().as_deref() != Some(written.message.as_str()),
+        Err(_) => true,
+    }
 }
 
 /// An Application whose current spec no reconcile has seen yet.

@@ -92,7 +92,11 @@ async fn main() {
     let mut delays = Vec::with_capacity(RUNS);
     // Kept to the end: a namespace deleted under a-N makes it fail.
     let mut targets = Vec::with_capacity(RUNS);
-    for run in 0..RUNS {
+    let mut skipped = 0;
+    for run in 0..RUNS * 2 {
+        if delays.len() == RUNS {
+            break;
+        }
         let target = TestNamespace::new("bench-deps-a").await;
         no_pods_quota(&target).await;
         let (a, b) = (format!("a-{run}"), format!("b-{run}"));
@@ -109,7 +113,7 @@ async fn main() {
         apps.create(&PostParams::default(), &app_a).await.unwrap();
         apps.create(&PostParams::default(), &app_b).await.unwrap();
         // B waits for A, which is applied and Progressing.
-        wait_for("b waiting for a Progressing a", deadline, || async {
+        let held = wait_for("b waiting for a Progressing a", deadline, || async {
             let b = apps.get(&b).await.map_err(|e| e.to_string())?;
             let ready = b
                 .status
@@ -121,12 +125,20 @@ async fn main() {
                 Some(c)
                     if c.reason == "DependencyNotReady" && c.message.contains("Progressing") =>
                 {
-                    Ok(())
+                    Ok(true)
                 }
+                // A pod got past the quota (seen on the first run now and
+                // then): a-N was Healthy at once, nothing to measure.
+                Some(c) if c.reason == "Synced" => Ok(false),
                 other => Err(format!("{other:?}")),
             }
         })
         .await;
+        if !held {
+            skipped += 1;
+            targets.push(target);
+            continue;
+        }
         target
             .api::<ResourceQuota>()
             .delete("no-pods", &DeleteParams::default())
@@ -163,7 +175,7 @@ async fn main() {
     delays.sort();
     let p99 = percentile(&delays, 0.99);
     println!(
-        "  a Healthy -> b applied: p50 {:>6.1} ms  p99 {:>6.1} ms  max {:>6.1} ms  ({RUNS} runs; target p99 < {} ms: {})",
+        "  a Healthy -> b applied: p50 {:>6.1} ms  p99 {:>6.1} ms  max {:>6.1} ms  ({RUNS} runs, {skipped} skipped: the quota did not hold a back; target p99 < {} ms: {})",
         percentile(&delays, 0.5),
         p99,
         delays.last().unwrap().as_secs_f64() * 1000.0,

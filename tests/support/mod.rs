@@ -201,7 +201,11 @@ pub async fn no_pods_quota(ns: &TestNamespace) {
     };
     wait_for("the quota enforced", Duration::from_secs(60), || async {
         match ns.api::<Pod>().create(&dry_run, &probe).await {
-            Err(kube::Error::Api(e)) if e.code == 403 => Ok(()),
+            // Not any 403: a new namespace refuses pods until its default
+            // service account exists.
+            Err(kube::Error::Api(e)) if e.code == 403 && e.message.contains("exceeded quota") => {
+                Ok(())
+            }
             other => Err(format!("a pod is still admitted: {:?}", other.map(|_| ()))),
         }
     })

@@ -128,6 +128,7 @@ bench: up
 	cargo bench --bench reconcile
 	cargo bench --bench pipeline
 	cargo bench --bench routing
+	cargo bench --bench depends
 
 demo: up
 	cargo build --bin setpoint

@@ -5,14 +5,16 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use http::{Method, Request};
 use kube::client::{Body, ClientBuilder};
 use kube::runtime::events::Reporter;
+use kube::runtime::reflector::Store;
 use kube::{Client, Config};
 use tower::util::MapRequestLayer;
 
+use crate::api::Application;
 use crate::metrics::Metrics;
 use crate::reconcile::dry_run::DryRunCache;
 use crate::reconcile::kinds::Kinds;
@@ -48,6 +50,9 @@ pub struct Inner {
     /// One impersonating client per tenant identity, sharing `client`'s
     /// connections.
     impersonated: Mutex<HashMap<Identity, Client>>,
+    /// The Applications the process's watch holds (when it runs one): the
+    /// reconcile reads its dependencies (`spec.dependsOn`) here.
+    applications: OnceLock<Store<Application>>,
 }
 
 impl std::ops::Deref for Context {
@@ -96,7 +101,18 @@ impl Context {
             commit_statuses,
             tenancy,
             impersonated: Mutex::default(),
+            applications: OnceLock::new(),
         })))
+    }
+
+    /// Hands the reconcile the watch's Application store (once).
+    pub fn set_applications(&self, store: Store<Application>) {
+        let _ = self.applications.set(store);
+    }
+
+    /// The watch's Application store, if this process runs one.
+    pub fn applications(&self) -> Option<&Store<Application>> {
+        self.applications.get()
     }
 
     /// The client whose requests are made as `identity`: Setpoint's own for

@@ -286,6 +286,10 @@ pub async fn serve(
     // sweep walks it, the watch learns the kinds in use from it.
     let (store, writer) = reflector::store::<Application>();
     let needs_index = roles.webhook || roles.watch || roles.sweep;
+    if needs_index {
+        // The reconcile reads `spec.dependsOn`'s Applications there.
+        ctx.set_applications(store.clone());
+    }
     let probes = Probes {
         metrics: ctx.metrics.clone(),
         queue: queue.clone(),

@@ -49,6 +49,11 @@ pub struct ApplicationSpec {
     /// Deployment that an HPA scales.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ignore_differences: Vec<IgnoreDifferences>,
+    /// Applications that must be Synced and Healthy at their current
+    /// revision before this one is synced; until then it waits
+    /// (`Ready=False`, reason `DependencyNotReady`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub depends_on: Vec<Dependency>,
 }
 
 /// One `spec.ignoreDifferences` rule: the objects it applies to (group and
@@ -70,6 +75,17 @@ pub struct IgnoreDifferences {
     pub json_pointers: Vec<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub managed_fields_managers: Vec<String>,
+}
+
+/// One Application this one waits for.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Dependency {
+    pub name: String,
+    /// Defaults to this Application's namespace; another namespace only for
+    /// an Application of an admin namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
 }
 
 /// Where the manifests are.

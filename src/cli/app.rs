@@ -1,11 +1,15 @@
 //! `setpoint app list | get | diff | sync | history`, like `argocd app` and
 //! `flux get`: kubectl-like tables, or the objects with `-o yaml|json`.
 
+use std::collections::HashMap;
+
 use clap::{Args, Subcommand, ValueEnum};
 use kube::api::ListParams;
 use kube::{Api, ResourceExt};
 
 use crate::api::{Application, ConditionType, OperationSummary};
+use crate::event::AppKey;
+use crate::reconcile::depends;
 use crate::reconcile::status::short;
 use crate::reconcile::{self, Request};
 use crate::source::repo_url::display_url;
@@ -272,9 +276,23 @@ fn cut(text: &str, max: usize) -> String {
 
 pub fn list_table(apps: &[Application], with_namespace: bool) -> String {
     let mut headers = vec!["NAME", "SYNC", "HEALTH", "REVISION", "MESSAGE"];
+    // Only when some Application has `spec.dependsOn`.
+    let with_waiting = apps.iter().any(|a| !a.spec.depends_on.is_empty());
+    if with_waiting {
+        headers.insert(4, "WAITING-FOR");
+    }
     if with_namespace {
         headers.insert(0, "NAMESPACE");
     }
+    let listed: HashMap<AppKey, &Application> = apps
+        .iter()
+        .map(|a| {
+            (
+                AppKey::new(a.namespace().unwrap_or_default(), a.name_any()),
+                a,
+            )
+        })
+        .collect();
     let rows: Vec<Vec<String>> = apps
         .iter()
         .map(|app| {
@@ -286,6 +304,9 @@ pub fn list_table(apps: &[Application], with_namespace: bool) -> String {
                 short(status.sync.revision.as_deref()).to_string(),
                 ready_message(app),
             ];
+            if with_waiting {
+                row.insert(4, waiting_for(app, &listed));
+            }
             if with_namespace {
                 row.insert(0, app.namespace().unwrap_or_default());
             }
@@ -293,6 +314,43 @@ pub fn list_table(apps: &[Application], with_namespace: bool) -> String {
         })
         .collect();
     table(&headers, &rows)
+}
+
+/// The dependencies an Application waits for (its Ready condition says it
+/// waits): those not ready among the listed ones, and those not listed.
+fn waiting_for(app: &Application, listed: &HashMap<AppKey, &Application>) -> String {
+    let reason = app
+        .status
+        .as_ref()
+        .and_then(|s| {
+            s.conditions
+                .iter()
+                .find(|c| c.type_ == ConditionType::Ready)
+        })
+        .map(|c| c.reason.as_str());
+    let own = app.namespace().unwrap_or_default();
+    match reason {
+        Some(depends::NOT_READY) => {
+            let names: Vec<String> = depends::dependencies(app)
+                .into_iter()
+                .filter(|d| {
+                    listed
+                        .get(d)
+                        .is_none_or(|dep| depends::ready_revision(dep).is_none())
+                })
+                .map(|d| {
+                    if d.namespace == own {
+                        d.name
+                    } else {
+                        d.to_string()
+                    }
+                })
+                .collect();
+            names.join(",")
+        }
+        Some("DependencyCycle") => "(cycle)".into(),
+        _ => "-".into(),
+    }
 }
 
 pub fn describe(app: &Application) -> String {
@@ -351,6 +409,20 @@ pub fn describe(app: &Application) -> String {
     );
     if spec.suspend {
         field("Suspended:", "yes".into());
+    }
+    if !spec.depends_on.is_empty() {
+        let own = app.namespace().unwrap_or_default();
+        let named: Vec<String> = depends::dependencies(app)
+            .into_iter()
+            .map(|d| {
+                if d.namespace == own {
+                    d.name
+                } else {
+                    d.to_string()
+                }
+            })
+            .collect();
+        field("Depends on:", named.join(", "));
     }
     if !status.source_inputs.is_empty() {
         // What the last render read: a push that changes none of it does
@@ -681,5 +753,46 @@ mod tests {
     fn long_messages_are_cut_to_one_line() {
         assert_eq!(cut("first line\nsecond", 60), "first line");
         assert_eq!(cut(&"x".repeat(70), 10).chars().count(), 10);
+    }
+
+    #[test]
+    fn list_shows_what_a_waiting_application_waits_for_and_get_its_dependencies() {
+        use crate::api::{Condition, ConditionStatus, Dependency};
+        let mut a = app_with("https://git.example.com/org/repo.git");
+        a.metadata.name = Some("a".into());
+        let mut b = app_with("https://git.example.com/org/repo.git");
+        b.metadata.name = Some("b".into());
+        b.spec.depends_on = vec![
+            Dependency {
+                name: "a".into(),
+                namespace: None,
+            },
+            Dependency {
+                name: "db".into(),
+                namespace: Some("infra".into()),
+            },
+        ];
+        b.status.get_or_insert_default().conditions = vec![Condition {
+            type_: ConditionType::Ready,
+            status: ConditionStatus::False,
+            reason: depends::NOT_READY.into(),
+            message: "waiting for dependencies: ns/a (Synced, Progressing)".into(),
+            last_transition_time: "t".into(),
+            observed_generation: None,
+        }];
+        let out = list_table(&[a, b.clone()], false);
+        let lines: Vec<&str> = out.lines().collect();
+        assert!(lines[0].contains("WAITING-FOR"), "{out}");
+        let row: Vec<&str> = lines[2].split_whitespace().collect();
+        assert_eq!(
+            row[..5],
+            ["b", "Unknown", "Unknown", "unknown", "a,infra/db"],
+            "{out}"
+        );
+        assert!(
+            describe(&b).contains("Depends on:   a, infra/db\n"),
+            "{}",
+            describe(&b)
+        );
     }
 }

@@ -2,6 +2,7 @@
 //! GitHub and GitLab), `watch` (live objects and Applications changing), and
 //! `sweep` (every Application, slowly, in case an event was missed).
 
+pub mod dependents;
 pub mod sweep;
 pub mod watch;
 pub mod webhook;

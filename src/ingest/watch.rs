@@ -16,7 +16,7 @@
 //! are in), as the chart's namespaced RBAC (Roles, no ClusterRole) allows;
 //! cluster-scoped kinds stay cluster-wide.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -32,7 +32,9 @@ use tokio::task::JoinHandle;
 
 use crate::api::{Application, Health};
 use crate::event::{AppKey, Cause, Event};
+use crate::ingest::dependents::{Dependents, Due};
 use crate::queue::Queue;
+use crate::reconcile::depends;
 use crate::reconcile::health::assess;
 use crate::reconcile::plan::FIELD_MANAGER;
 use crate::reconcile::prepare::{APP_ANNOTATION, APP_LABEL};
@@ -140,6 +142,10 @@ pub async fn run(
 ) {
     let watches = Arc::new(Mutex::new(KindWatches::default()));
     let mut generations: HashMap<AppKey, Option<i64>> = HashMap::new();
+    // `spec.dependsOn` reversed: Applications that turned ready enqueue
+    // their dependents (after the listing, once every dependent is known).
+    let mut dependents = Dependents::default();
+    let mut due: BTreeMap<AppKey, Due> = BTreeMap::new();
     let mut listing = true;
     tracing::info!(%scope, "watching Applications");
     let admitted = scope.clone();
@@ -174,6 +180,24 @@ pub async fn run(
             WatchEvent::InitDone => listing = false,
             WatchEvent::InitApply(app) | WatchEvent::Apply(app) => {
                 let key = AppKey::new(app.namespace().unwrap_or_default(), app.name_any());
+                match dependents.apply(&app) {
+                    Due::Nothing => {}
+                    // Ready wins over a change seen earlier in the listing.
+                    now => {
+                        let entry = due.entry(key.clone()).or_insert(now);
+                        if now == Due::Ready {
+                            *entry = now;
+                        }
+                    }
+                }
+                // Its wait message was written from a store that had not yet
+                // seen a dependency's last change: once more.
+                if apps && !listing && stale_wait(&store, &app) {
+                    let cause = Cause::DependencyChanged {
+                        dependency: String::new(),
+                    };
+                    publish(&queue, Event::new(key.clone(), cause)).await;
+                }
                 let generation = app.metadata.generation;
                 let previous = generations.insert(key.clone(), generation);
                 // New after the first listing, or its spec changed.
@@ -186,10 +210,25 @@ pub async fn run(
                 }
             }
             WatchEvent::Delete(app) => {
-                generations.remove(&AppKey::new(
-                    app.namespace().unwrap_or_default(),
-                    app.name_any(),
-                ));
+                let key = AppKey::new(app.namespace().unwrap_or_default(), app.name_any());
+                dependents.delete(&key);
+                due.entry(key.clone()).or_insert(Due::Changed);
+                generations.remove(&key);
+            }
+        }
+        if !listing {
+            let due = std::mem::take(&mut due);
+            for (dependency, why) in due.into_iter().filter(|_| apps) {
+                for dependent in dependents.of(&dependency) {
+                    if why == Due::Changed && !waiting(&store, &dependent) {
+                        continue;
+                    }
+                    tracing::debug!(%dependency, %dependent, ?why, "enqueueing a dependent");
+                    let cause = Cause::DependencyChanged {
+                        dependency: dependency.to_string(),
+                    };
+                    publish(&queue, Event::new(dependent, cause)).await;
+                }
             }
         }
         if objects && !listing {
@@ -199,6 +238,38 @@ pub async fn run(
                 .expect("watches lock")
                 .sync(&client, &queue, &scope, targets);
         }
+    }
+}
+
+/// Whether `key`'s last reconcile left it waiting for a dependency.
+fn waiting(store: &Store<Application>, key: &AppKey) -> bool {
+    let Some(app) = store.get(&reflector::ObjectRef::new(&key.name).within(&key.namespace)) else {
+        return false;
+    };
+    app.status.as_ref().is_some_and(|s| {
+        s.conditions
+            .iter()
+            .any(|c| c.type_ == crate::api::ConditionType::Ready && c.reason == depends::NOT_READY)
+    })
+}
+
+/// Whether `app` says it waits for its dependencies with a message other
+/// than the one their state in the store gives now.
+fn stale_wait(store: &Store<Application>, app: &Application) -> bool {
+    let Some(written) = app.status.as_ref().and_then(|s| {
+        s.conditions
+            .iter()
+            .find(|c| c.type_ == crate::api::ConditionType::Ready && c.reason == depends::NOT_READY)
+    }) else {
+        return false;
+    };
+    let lookup =
+        |key: &AppKey| store.get(&reflector::ObjectRef::new(&key.name).within(&key.namespace));
+    // Admin or not does not matter here: one that may not name another
+    // namespace is Stalled, never waiting.
+    match depends::gate(app, true, &lookup) {
+        Ok(gate) => gate.message().as_deref() != Some(written.message.as_str()),
+        Err(_) => true,
     }
 }
 

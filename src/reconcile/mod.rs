@@ -15,6 +15,7 @@
 pub mod apply;
 mod commit_status;
 mod credentials;
+pub mod depends;
 pub mod dry_run;
 mod events;
 pub mod health;
@@ -67,6 +68,10 @@ pub enum ReconcileError {
     Tenancy(#[from] TenancyError),
     #[error(transparent)]
     Ordering(#[from] ordering::OrderingError),
+    #[error(transparent)]
+    Depends(#[from] depends::DependsError),
+    #[error(transparent)]
+    DependsLookup(#[from] depends::lookup::LookupError),
     #[error(
         "{}; Setpoint never applies, adopts or prunes another Application's objects",
         .0.iter().map(|f| f.to_string()).collect::<Vec<_>>().join(", ")
@@ -98,6 +103,8 @@ impl ReconcileError {
             ReconcileError::Apply(e) => e.is_transient(),
             ReconcileError::Tenancy(_) | ReconcileError::Owned(_) => false,
             ReconcileError::Ordering(_) => false,
+            ReconcileError::Depends(_) => false,
+            ReconcileError::DependsLookup(_) => true,
             ReconcileError::Credentials { .. } => false,
             ReconcileError::WriteStatus { .. } => true,
         }
@@ -120,6 +127,8 @@ impl ReconcileError {
             ReconcileError::Apply(ApplyError::Forbidden { .. }) => "Forbidden",
             ReconcileError::Tenancy(e) => e.reason(),
             ReconcileError::Ordering(e) => e.reason(),
+            ReconcileError::Depends(e) => e.reason(),
+            ReconcileError::DependsLookup(_) => "DependencyReadFailed",
             ReconcileError::Owned(_) => "OwnedByAnotherApplication",
             ReconcileError::Apply(ApplyError::Prune { .. }) => "PruneFailed",
             ReconcileError::Apply(ApplyError::CrdTerminating { .. }) => "CrdTerminating",
@@ -245,7 +254,11 @@ pub async fn reconcile(
         });
     }
     let mut revision = None;
-    let result = sync(ctx, app, request, &events, started, &mut revision).await;
+    let result = match gate(ctx, app, request).await {
+        Ok(depends::Gate::Open) => sync(ctx, app, request, &events, started, &mut revision).await,
+        Ok(waiting) => wait_for_dependencies(ctx, app, &events, &waiting).await,
+        Err(error) => Err(error),
+    };
     if !request.dry_run {
         commit_status::ending(ctx, app, request, revision.as_deref(), &result);
     }
@@ -288,6 +301,57 @@ pub async fn reconcile(
             Err(error)
         }
     }
+}
+
+/// `spec.dependsOn`: whether this reconcile may sync (a dry run always may).
+async fn gate(
+    ctx: &Context,
+    app: &Application,
+    request: &Request,
+) -> Result<depends::Gate, ReconcileError> {
+    if request.dry_run {
+        return Ok(depends::Gate::Open);
+    }
+    Ok(depends::lookup::check(ctx, app).await??)
+}
+
+/// A dependency is not ready: nothing is read, applied or pruned; the
+/// status says what it waits for and keeps its sync status. No requeue:
+/// the watch enqueues this Application when a dependency turns ready.
+async fn wait_for_dependencies(
+    ctx: &Context,
+    app: &Application,
+    events: &Events,
+    waiting: &depends::Gate,
+) -> Result<Outcome, ReconcileError> {
+    let message = waiting.message().unwrap_or_default();
+    let previous = app.status.as_ref();
+    let report = Report {
+        previous,
+        generation: app.metadata.generation,
+        revision: previous.and_then(|s| s.sync.revision.clone()),
+        resources: None,
+        ending: Ending::Waiting {
+            reason: depends::NOT_READY.into(),
+            message: message.clone(),
+        },
+        operation: None,
+        now: now(),
+        inputs: None,
+        sync_run: None,
+    };
+    let (status, status_written) = status_write::write_status(ctx, app, report).await?;
+    tracing::info!(app = %prepare::owner_key(app), %message, "not synced: a dependency is not ready");
+    if status_written {
+        events
+            .normal(depends::NOT_READY, "Reconcile", message)
+            .await;
+    }
+    Ok(Outcome {
+        status,
+        status_written,
+        ..Default::default()
+    })
 }
 
 async fn sync(

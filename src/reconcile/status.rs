@@ -28,8 +28,9 @@ pub enum Ending {
         message: String,
     },
     Suspended,
-    /// Applied as far as the sync waves or hooks allow: waits for a wave to
-    /// be Healthy or a hook to finish (Progressing, not an error).
+    /// Not synced as far as it could be, on purpose: a sync wave or hook
+    /// holds it (Progressing), or a dependency is not ready (the last
+    /// comparison and its sync status stay as they are).
     Waiting {
         reason: String,
         message: String,
@@ -127,6 +128,7 @@ pub fn build(report: Report<'_>) -> ApplicationStatus {
     };
 
     let sync = match (&report.ending, compared) {
+        (Ending::Waiting { .. }, false) => previous.sync.status,
         (_, false) => Sync::Unknown,
         (Ending::Done { out_of_sync: 0, .. }, true) => Sync::Synced,
         _ => Sync::OutOfSync,
@@ -560,5 +562,53 @@ mod tests {
             .find(|c| c.type_ == ConditionType::Reconciling)
             .unwrap();
         assert_eq!(reconciling.status, ConditionStatus::True);
+    }
+
+    #[test]
+    fn waiting_keeps_the_sync_status_and_says_why_in_ready() {
+        let done = report(
+            None,
+            Ending::Done {
+                out_of_sync: 0,
+                note: None,
+            },
+            "t1",
+        );
+        let waiting = build(Report {
+            previous: Some(&done),
+            generation: Some(2),
+            revision: done.sync.revision.clone(),
+            resources: None,
+            ending: Ending::Waiting {
+                reason: "DependencyNotReady".into(),
+                message: "waiting for dependencies: ns/a (Synced, Progressing)".into(),
+            },
+            operation: None,
+            inputs: None,
+            sync_run: None,
+            now: "t2".into(),
+        });
+        assert_eq!(waiting.sync, done.sync);
+        assert_eq!(waiting.resources, done.resources);
+        let ready = ready(&waiting);
+        assert_eq!(ready.status, ConditionStatus::False);
+        assert_eq!(ready.reason, "DependencyNotReady");
+        assert!(ready.message.contains("ns/a"));
+        // A first reconcile that waits has nothing compared yet: Unknown.
+        let first = build(Report {
+            previous: None,
+            generation: Some(1),
+            revision: None,
+            resources: None,
+            ending: Ending::Waiting {
+                reason: "DependencyNotReady".into(),
+                message: "m".into(),
+            },
+            operation: None,
+            inputs: None,
+            sync_run: None,
+            now: "t".into(),
+        });
+        assert_eq!(first.sync.status, Sync::Unknown);
     }
 }

@@ -20,7 +20,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use kube::api::DynamicObject;
 use kube::core::GroupVersionKind;
 use kube::discovery::ApiResource;
@@ -30,6 +30,7 @@ use kube::{Api, Client, ResourceExt};
 use serde_json::Value;
 use tokio::task::JoinHandle;
 
+use super::AppReflector;
 use crate::api::{Application, Health};
 use crate::event::{AppKey, Cause, Event};
 use crate::ingest::dependents::{Dependents, Due};
@@ -128,13 +129,13 @@ fn watch_config() -> watcher::Config {
     watcher::Config::default().timeout(WATCH_TIMEOUT_SECONDS)
 }
 
-/// Runs the Application watch over `scope` (feeding `writer`; enqueueing
+/// Runs the Application watch over `scope` (feeding `reflect`; enqueueing
 /// spec changes when `apps` is true) and, when `objects` is true, the
 /// live-object watches.
 pub async fn run(
     client: Client,
     queue: Arc<dyn Queue>,
-    writer: reflector::store::Writer<Application>,
+    reflect: AppReflector,
     store: Store<Application>,
     scope: Scope,
     objects: bool,
@@ -149,12 +150,20 @@ pub async fn run(
     let mut listing = true;
     tracing::info!(%scope, "watching Applications");
     let admitted = scope.clone();
+    let AppReflector { writer, routes } = reflect;
     let stream = reflector::reflector(
         writer,
-        watcher::watcher(scope.applications(client.clone()), watch_config()).filter(move |event| {
-            let keep = event.as_ref().map_or(true, |event| admitted.admits(event));
-            std::future::ready(keep)
-        }),
+        watcher::watcher(scope.applications(client.clone()), watch_config())
+            .filter(move |event| {
+                let keep = event.as_ref().map_or(true, |event| admitted.admits(event));
+                std::future::ready(keep)
+            })
+            // The webhook's route index changes with the store, event by event.
+            .inspect_ok(move |event| {
+                if let Some(routes) = &routes {
+                    routes.apply_watcher_event(event);
+                }
+            }),
     );
     futures::pin_mut!(stream);
     let mut retry = Retry::default();

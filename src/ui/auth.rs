@@ -66,13 +66,18 @@ impl Verb {
     }
 }
 
+/// TokenReview answers by the token's digest: when asked, and who (none: refused).
+type TokenCache = HashMap<[u8; 32], (Instant, Option<Viewer>)>;
+/// SubjectAccessReview answers by (session, namespace, verb): when asked, and the answer.
+type AccessCache = HashMap<(String, String, Verb), (Instant, bool)>;
+
 pub struct Authorizer {
     client: Client,
     mode: AuthMode,
     /// Signs CSRF tokens; new at every start.
     key: [u8; 32],
-    tokens: Mutex<HashMap<[u8; 32], (Instant, Option<Viewer>)>>,
-    access: Mutex<HashMap<(String, String, Verb), (Instant, bool)>>,
+    tokens: Mutex<TokenCache>,
+    access: Mutex<AccessCache>,
 }
 
 /// The token a request carries: `Authorization: Bearer`, else the cookie.

@@ -19,8 +19,11 @@ use crate::event::AppKey;
 /// Events kept per Application.
 pub const EVENTS_KEPT: usize = 50;
 
+/// Each Application's Events, with their uids, newest first.
+type Records = HashMap<AppKey, Vec<(String, EventRecord)>>;
+
 #[derive(Clone, Default)]
-pub struct History(Arc<Mutex<HashMap<AppKey, Vec<(String, EventRecord)>>>>);
+pub struct History(Arc<Mutex<Records>>);
 
 impl History {
     /// Records one Event (a later version of the same Event replaces it).

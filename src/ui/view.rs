@@ -40,7 +40,7 @@ impl ListQuery {
     }
 
     /// An empty value means no filter (the form's "any").
-    fn wanted<'a>(value: &'a Option<String>) -> Option<&'a str> {
+    fn wanted(value: &Option<String>) -> Option<&str> {
         value.as_deref().map(str::trim).filter(|v| !v.is_empty())
     }
 

@@ -179,12 +179,11 @@ impl UiState {
         viewer: &Viewer,
     ) -> Result<(Vec<Arc<Application>>, Vec<String>), UiError> {
         let apps = self.store.state();
-        let mut namespaces: Vec<String> = apps
+        let namespaces: std::collections::BTreeSet<&str> = apps
             .iter()
-            .filter_map(|a| a.metadata.namespace.clone())
+            .filter_map(|a| a.metadata.namespace.as_deref())
             .collect();
-        namespaces.sort();
-        namespaces.dedup();
+        let namespaces = namespaces.into_iter().map(str::to_string).collect();
         let readable = self.auth.readable(viewer, namespaces, Verb::List).await?;
         Ok((apps, readable))
     }

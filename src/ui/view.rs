@@ -2,7 +2,7 @@
 //! without I/O: the filtered, counted, paged list and one Application's
 //! view. Pure, so its cases are unit tests.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
@@ -220,24 +220,26 @@ pub fn list(
     let namespace = ListQuery::wanted(&query.namespace);
     let sync = ListQuery::wanted(&query.sync);
     let health = ListQuery::wanted(&query.health);
-    let mut namespaces: Vec<String> = Vec::new();
-    let mut counts = Counts::default();
+    let mut namespaces: BTreeSet<&str> = BTreeSet::new();
+    let mut total = 0;
+    let mut syncs: BTreeMap<&'static str, usize> = BTreeMap::new();
+    let mut healths: BTreeMap<&'static str, usize> = BTreeMap::new();
     let mut matching: Vec<&Application> = Vec::new();
     for app in apps {
         let ns = namespace_of(app);
-        if !readable(ns) {
-            continue;
-        }
-        if !namespaces.iter().any(|n| n == ns) {
-            namespaces.push(ns.to_string());
+        if !namespaces.contains(ns) {
+            if !readable(ns) {
+                continue;
+            }
+            namespaces.insert(ns);
         }
         if namespace.is_some_and(|wanted| wanted != ns) {
             continue;
         }
         let (app_sync, app_health) = (sync_of(app), health_of(app));
-        counts.total += 1;
-        *counts.sync.entry(app_sync.to_string()).or_default() += 1;
-        *counts.health.entry(app_health.to_string()).or_default() += 1;
+        total += 1;
+        *syncs.entry(app_sync).or_default() += 1;
+        *healths.entry(app_health).or_default() += 1;
         if sync.is_some_and(|wanted| !wanted.eq_ignore_ascii_case(app_sync))
             || health.is_some_and(|wanted| !wanted.eq_ignore_ascii_case(app_health))
         {
@@ -245,8 +247,17 @@ pub fn list(
         }
         matching.push(app);
     }
-    namespaces.sort();
-    matching.sort_by(|a, b| (namespace_of(a), name_of(a)).cmp(&(namespace_of(b), name_of(b))));
+    let counts = Counts {
+        total,
+        sync: syncs.into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
+        health: healths
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect(),
+    };
+    let namespaces: Vec<String> = namespaces.into_iter().map(str::to_string).collect();
+    matching
+        .sort_unstable_by(|a, b| (namespace_of(a), name_of(a)).cmp(&(namespace_of(b), name_of(b))));
     let per_page = query.per_page();
     let pages = matching.len().div_ceil(per_page).max(1);
     let page = query.page().min(pages);

@@ -16,16 +16,18 @@ use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{Patch, PatchParams, PostParams};
 use setpoint::api::SyncPolicy;
 use support::app::{automated, create_app, deployment_yaml, install_crd, synced_at};
-use support::process::{Setpoint, free_port, post};
+use support::process::{Setpoint, free_port, github_push, post, post_github};
 use support::{GitRepo, TestNamespace, wait_for};
 
 const DEADLINE: Duration = Duration::from_secs(90);
+const SECRET: &str = "ui-webhook-secret";
 
 /// `setpoint run` with the dashboard on a port of its own, handling the
 /// Applications of `namespaces`.
-fn run_with_ui(namespaces: &[&str], auth: &str, cache: &Path) -> (Setpoint, u16) {
+fn run_with_ui(namespaces: &[&str], auth: &str, cache: &Path) -> (Setpoint, u16, u16) {
     let ui = free_port();
-    let listen = format!("127.0.0.1:{}", free_port());
+    let webhook = free_port();
+    let listen = format!("127.0.0.1:{webhook}");
     let ui_listen = format!("127.0.0.1:{ui}");
     let scope = namespaces.join(",");
     let setpoint = Setpoint::spawn(
@@ -42,10 +44,11 @@ fn run_with_ui(namespaces: &[&str], auth: &str, cache: &Path) -> (Setpoint, u16)
         &[
             ("SETPOINT_WATCH_NAMESPACES", &scope),
             ("POD_NAMESPACE", namespaces[0]),
+            ("SETPOINT_GITHUB_SECRETS", SECRET),
         ],
         cache,
     );
-    (setpoint, ui)
+    (setpoint, ui, webhook)
 }
 
 async fn wait_ui(setpoint: &mut Setpoint, port: u16) {
@@ -178,7 +181,8 @@ async fn viewers_see_only_what_their_token_may_read_and_sync_only_what_it_may_pa
     let editor = viewer(&team, "editor", &["get", "list", "watch", "patch"]).await;
 
     let cache = tempfile::tempdir().unwrap();
-    let (mut setpoint, port) = run_with_ui(&[&team.name, &other.name], "kubernetes", cache.path());
+    let (mut setpoint, port, _) =
+        run_with_ui(&[&team.name, &other.name], "kubernetes", cache.path());
     wait_ui(&mut setpoint, port).await;
     let team_app = format!("{}/team-app", team.name);
     let other_app = format!("{}/other-app", other.name);
@@ -378,7 +382,7 @@ async fn a_scale_by_kubectl_reaches_the_open_page_as_drift_with_field_values_and
         .commit("web");
     create_app(&ns, "web", &repo.url(), "web", automated(true, true)).await;
     let cache = tempfile::tempdir().unwrap();
-    let (mut setpoint, port) = run_with_ui(&[&ns.name], "none", cache.path());
+    let (mut setpoint, port, webhook) = run_with_ui(&[&ns.name], "none", cache.path());
     wait_ui(&mut setpoint, port).await;
     assert!(
         setpoint.logs().contains("--ui-auth none"),
@@ -443,4 +447,29 @@ async fn a_scale_by_kubectl_reaches_the_open_page_as_drift_with_field_values_and
             && page.contains(r#"<td class="manager">kubectl</td>"#),
         "{page}"
     );
+
+    // A push: the Activity page lists the delivery and where it went.
+    let next = repo
+        .write("web/deploy.yaml", &deployment_yaml("web", 2))
+        .commit("two");
+    let delivery = format!("ui-delivery-{}", ns.name);
+    let (code, body) = post_github(
+        webhook,
+        Some(SECRET),
+        &delivery,
+        &github_push(&repo.url(), &next, &["web/deploy.yaml"]),
+    );
+    assert_eq!(code, 200, "{body}");
+    let (code, body) = get(port, "/api/v1/deliveries", None);
+    assert_eq!(code, 200);
+    let deliveries: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let first = &deliveries[0];
+    assert_eq!(first["delivery"], delivery.as_str(), "{body}");
+    assert_eq!(first["provider"], "github");
+    assert_eq!(first["outcome"], "accepted");
+    assert_eq!(first["commit"], next.as_str());
+    assert_eq!(first["applications"], serde_json::json!([app]));
+    let (_, page) = get(port, "/activity", None);
+    assert!(page.contains(&delivery) && page.contains(&app), "{page}");
+    wait_for("the push synced", DEADLINE, || synced_at(&ns, "web", &next)).await;
 }

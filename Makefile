@@ -141,6 +141,7 @@ bench: up
 	cargo bench --bench reconcile
 	cargo bench --bench pipeline
 	cargo bench --bench routing
+	cargo bench --bench depends
 	cargo bench --bench ui
 
 demo: up

@@ -60,6 +60,10 @@ pub enum Cause {
     Manual,
     /// The last reconcile left something progressing: check back.
     Requeue,
+    /// An Application this one names in `spec.dependsOn` became ready (or
+    /// ready at another revision), or, while this one waits for it, changed
+    /// state or was deleted.
+    DependencyChanged { dependency: String },
 }
 
 impl Cause {
@@ -72,6 +76,7 @@ impl Cause {
             Cause::Sweep => "sweep",
             Cause::Manual => "manual",
             Cause::Requeue => "requeue",
+            Cause::DependencyChanged { .. } => "dependency",
         }
     }
 }

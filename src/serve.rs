@@ -295,6 +295,14 @@ pub async fn serve(
     // sweep walks it, the watch learns the kinds in use from it.
     let (store, writer) = reflector::store::<Application>();
     let needs_index = roles.webhook || roles.watch || roles.sweep || roles.ui;
+    if needs_index {
+        // The reconcile reads `spec.dependsOn`'s Applications there.
+        ctx.set_applications(store.clone());
+    }
+    // The webhook's route index, kept by the same watch.
+    let routes = roles
+        .webhook
+        .then(|| Arc::new(crate::ingest::StoreIndex::new(store.clone())));
     let probes = Probes {
         metrics: ctx.metrics.clone(),
         queue: queue.clone(),
@@ -336,8 +344,12 @@ pub async fn serve(
         let objects = roles.watch;
         let enqueue_apps = roles.watch;
         let scope = live_watch::Scope::new(&options.watch_namespaces);
+        let reflect = crate::ingest::AppReflector {
+            writer,
+            routes: routes.clone(),
+        };
         tasks.spawn(async move {
-            live_watch::run(client, queue, writer, store, scope, objects, enqueue_apps).await;
+            live_watch::run(client, queue, reflect, store, scope, objects, enqueue_apps).await;
         });
     }
     if roles.sweep {
@@ -373,7 +385,7 @@ pub async fn serve(
     });
     // The last webhook deliveries, for the dashboard's Activity page.
     let deliveries = webhook::recent::RecentDeliveries::default();
-    let server = if roles.webhook {
+    let server = if let Some(routes) = routes {
         let settings = WebhookSettings {
             github_secrets: secrets(&options.github_secret, &options.github_secret_file)?,
             gitlab_tokens: secrets(&options.gitlab_token, &options.gitlab_token_file)?,
@@ -403,14 +415,10 @@ pub async fn serve(
                 settings.replay_window,
             )?),
         };
-        let state = webhook::WebhookState::new(
-            settings,
-            queue.clone(),
-            Arc::new(crate::ingest::StoreIndex::new(store.clone())),
-        )
-        .with_seen(seen)
-        .with_metrics(ctx.metrics.clone())
-        .with_recent(deliveries.clone());
+        let state = webhook::WebhookState::new(settings, queue.clone(), routes)
+            .with_seen(seen)
+            .with_metrics(ctx.metrics.clone())
+                .with_recent(deliveries.clone());
         let server = actix_web::HttpServer::new(move || {
             let state = state.clone();
             actix_web::App::new()

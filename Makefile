@@ -24,7 +24,7 @@ RUSTC_VERSION := $(shell rustc --version 2>/dev/null | awk '{print $$2}')
 export CARGO_TARGET_DIR ?= $(SETPOINT_CACHE)/cargo-target-$(RUSTC_VERSION)
 
 PHONY_EXTRA := crd bench image image-deps image-context image-lock test-image
-.PHONY: all build test test-restart unit lint demo bench cluster-build cluster-up cluster-down \
+.PHONY: all build test test-restart test-ui browser-deps unit lint demo bench cluster-build cluster-up cluster-down \
 	rabbitmq-up rabbitmq-down up down fmt helm-build $(PHONY_EXTRA)
 
 all: build
@@ -86,6 +86,19 @@ test: up lint
 test-restart: up
 	cargo test --test apiserver_restart
 
+## The dashboard in a real headless Chromium (tests/ui_browser.rs), driven
+## over WebDriver by chromedriver; both from Debian, installed when missing.
+BROWSER_DEPS := chromium chromium-driver
+
+browser-deps:
+	@dpkg-query -W -f '$${Status}\n' $(BROWSER_DEPS) 2>/dev/null | grep -c '^install ok installed$$' | grep -qx $(words $(BROWSER_DEPS)) || { \
+	  echo "[test-ui] installing $(BROWSER_DEPS) from Debian"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+	    $(BROWSER_DEPS) >/dev/null; }
+
+test-ui: up browser-deps
+	cargo test --test ui_browser
+
 ## The container image (Containerfile; image/build.sh): an OCI archive under
 ## $(CARGO_TARGET_DIR)/image with its SPDX SBOM, built with buildah from
 ## Debian packages (image/packages.txt, pinned in image/debian.lock), the
@@ -129,6 +142,7 @@ bench: up
 	cargo bench --bench pipeline
 	cargo bench --bench routing
 	cargo bench --bench depends
+	cargo bench --bench ui
 
 demo: up
 	cargo build --bin setpoint

@@ -221,6 +221,13 @@ pub const SETTINGS: &[Setting] = &[
         Kind::Address,
         "0.0.0.0:9090",
     ),
+    setting("ui.listen", "SETPOINT_UI_LISTEN", Kind::Address, ""),
+    setting(
+        "ui.auth",
+        "SETPOINT_UI_AUTH",
+        Kind::OneOf(&["kubernetes", "none"]),
+        "kubernetes",
+    ),
     setting(
         "render.timeout",
         "SETPOINT_RENDER_TIMEOUT",

@@ -31,6 +31,8 @@ pub struct Roles {
     pub worker: bool,
     pub watch: bool,
     pub sweep: bool,
+    /// The dashboard (`setpoint ui`; `run` with `--ui-listen`).
+    pub ui: bool,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -53,6 +55,13 @@ pub struct ServeOptions {
     /// Where the webhook listens.
     #[arg(long, env = "SETPOINT_LISTEN", default_value = "0.0.0.0:8080")]
     pub listen: SocketAddr,
+    /// Where the web dashboard listens (`run`, `ui`); off unless set.
+    #[arg(long, env = "SETPOINT_UI_LISTEN")]
+    pub ui_listen: Option<SocketAddr>,
+    /// How the dashboard checks its viewers: `kubernetes` (a bearer token,
+    /// TokenReview and SubjectAccessReview) or `none` (local use only).
+    #[arg(long, env = "SETPOINT_UI_AUTH", value_enum, default_value_t = crate::ui::AuthMode::Kubernetes)]
+    pub ui_auth: crate::ui::AuthMode,
     /// Where /metrics, /healthz and /readyz are served (every role).
     #[arg(long, env = "SETPOINT_METRICS_LISTEN", default_value = "0.0.0.0:9090")]
     pub metrics_listen: SocketAddr,
@@ -285,7 +294,7 @@ pub async fn serve(
     // The Application index: the webhook matches pushes against it, the
     // sweep walks it, the watch learns the kinds in use from it.
     let (store, writer) = reflector::store::<Application>();
-    let needs_index = roles.webhook || roles.watch || roles.sweep;
+    let needs_index = roles.webhook || roles.watch || roles.sweep || roles.ui;
     if needs_index {
         // The reconcile reads `spec.dependsOn`'s Applications there.
         ctx.set_applications(store.clone());
@@ -374,6 +383,8 @@ pub async fn serve(
             }
         })
     });
+    // The last webhook deliveries, for the dashboard's Activity page.
+    let deliveries = webhook::recent::RecentDeliveries::default();
     let server = if let Some(routes) = routes {
         let settings = WebhookSettings {
             github_secrets: secrets(&options.github_secret, &options.github_secret_file)?,
@@ -406,7 +417,8 @@ pub async fn serve(
         };
         let state = webhook::WebhookState::new(settings, queue.clone(), routes)
             .with_seen(seen)
-            .with_metrics(ctx.metrics.clone());
+            .with_metrics(ctx.metrics.clone())
+            .with_recent(deliveries.clone());
         let server = actix_web::HttpServer::new(move || {
             let state = state.clone();
             actix_web::App::new()
@@ -438,11 +450,43 @@ pub async fn serve(
     if let Some(server) = server {
         tokio::spawn(server);
     }
+    let ui_handle = match options.ui_listen.filter(|_| roles.ui) {
+        Some(listen) => {
+            let settings = crate::ui::UiSettings {
+                listen,
+                auth: options.ui_auth,
+                namespaces: options.watch_namespaces.clone(),
+            };
+            let queue_state = crate::ui::QueueState {
+                kind: match &amqp_url {
+                    Some(_) => format!("RabbitMQ, {} shards", options.shards),
+                    None => "in process".to_string(),
+                },
+                concurrency: if roles.worker { options.concurrency } else { 0 },
+            };
+            let state = crate::ui::UiState::new(
+                store.clone(),
+                crate::ui::auth::Authorizer::new(ctx.client.clone(), options.ui_auth),
+                Some(queue.clone()),
+                deliveries.clone(),
+                queue_state,
+            );
+            let server = crate::ui::start(&settings, ctx.client.clone(), state, &mut tasks)
+                .map_err(|e| anyhow::anyhow!("cannot listen on {listen} for the dashboard: {e}"))?;
+            let handle = server.handle();
+            tokio::spawn(server);
+            Some(handle)
+        }
+        None => None,
+    };
 
     wait_for_signal().await;
     tracing::info!("shutting down");
     if let Some(handle) = handle {
         handle.stop(true).await;
+    }
+    if let Some(handle) = ui_handle {
+        handle.stop(false).await;
     }
     // No new events from the watch and the sweep; the worker finishes its
     // in-flight reconciles within its grace period and gives back the rest.

@@ -60,6 +60,13 @@ pub enum Cause {
     Manual,
     /// The last reconcile left something progressing: check back.
     Requeue,
+    /// The chart poller saw the version the Application's range picks
+    /// change (or its repository fail or recover).
+    Chart {
+        repository: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        version: Option<String>,
+    },
 }
 
 impl Cause {
@@ -72,6 +79,7 @@ impl Cause {
             Cause::Sweep => "sweep",
             Cause::Manual => "manual",
             Cause::Requeue => "requeue",
+            Cause::Chart { .. } => "chart",
         }
     }
 }

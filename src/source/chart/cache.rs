@@ -43,6 +43,10 @@ pub struct Resolved {
     pub archive: Bytes,
 }
 
+/// A repository's key and the credentials it is read with: a listing read
+/// with one tenant's credentials is never served to another.
+type SlotKey = (String, Option<Auth>);
+
 #[derive(Default)]
 struct Slot {
     listing: Option<Arc<Listing>>,
@@ -58,7 +62,7 @@ pub struct ChartSource {
     settings: ChartSettings,
     http: Http,
     dir: PathBuf,
-    slots: Mutex<HashMap<(String, Option<Auth>), Arc<tokio::sync::Mutex<Slot>>>>,
+    slots: Mutex<HashMap<SlotKey, Arc<tokio::sync::Mutex<Slot>>>>,
     /// One download per archive digest at a time.
     downloads: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     tokens: oci::Tokens,

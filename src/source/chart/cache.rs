@@ -306,6 +306,20 @@ impl ChartSource {
         }
     }
 
+    /// The credentials go with an archive download only to the repository's
+    /// own host (as Helm without `--pass-credentials`): an index may list
+    /// archives anywhere.
+    fn archive_auth<'a>(&self, request: &ChartRequest<'a>, url: &str) -> Option<&'a Auth> {
+        let host = |u: &str| {
+            u.split_once("://")
+                .map(|(_, rest)| rest.split('/').next().unwrap_or_default().to_string())
+        };
+        match request.repository {
+            Repository::Http { url: repository } if host(repository) == host(url) => request.auth,
+            _ => None,
+        }
+    }
+
     /// The manifest digest and chart layer of `tag`, kept with the listing.
     async fn manifest(
         &self,
@@ -356,7 +370,7 @@ impl ChartSource {
             Some(registry) => registry.get(url, &[], limit).await,
             None => self
                 .http
-                .get(url, &[], request.auth, limit)
+                .get(url, &[], self.archive_auth(request, url), limit)
                 .await
                 .map_err(|e| transport(url, "the chart archive", e)),
         }?;
@@ -473,4 +487,45 @@ pub(super) fn transport(url: &str, what: &'static str, error: HttpError) -> Char
 pub(super) fn short_body(body: &[u8]) -> String {
     let text = String::from_utf8_lossy(&body[..body.len().min(200)]);
     text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn credentials_go_only_to_the_repository_host() {
+        let dir = tempfile::tempdir().unwrap();
+        let source = ChartSource::new(ChartSettings::default(), dir.path().to_path_buf());
+        let repository = Repository::Http {
+            url: "https://charts.example.com/stable".into(),
+        };
+        let auth = Auth::Bearer("t".into());
+        let request = ChartRequest {
+            repository: &repository,
+            chart: "web",
+            range: None,
+            auth: Some(&auth),
+            known_version: None,
+        };
+        let same = "https://charts.example.com/stable/web-1.0.0.tgz";
+        assert_eq!(source.archive_auth(&request, same), Some(&auth));
+        let elsewhere = "https://cdn.example.net/web-1.0.0.tgz";
+        assert_eq!(source.archive_auth(&request, elsewhere), None);
+    }
+
+    #[test]
+    fn the_version_not_found_message_lists_the_newest() {
+        let entries: Vec<index::Entry> = ["1.0.0", "2.0.0", "1.5.0", "0.1.0", "3.0.0", "2.5.0"]
+            .iter()
+            .map(|v| index::Entry {
+                version: v.to_string(),
+                ..Default::default()
+            })
+            .collect();
+        assert_eq!(
+            available(&entries),
+            "3.0.0, 2.5.0, 2.0.0, 1.5.0, 1.0.0 and 1 more"
+        );
+    }
 }

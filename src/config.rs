@@ -216,6 +216,12 @@ pub const SETTINGS: &[Setting] = &[
         "10m",
     ),
     setting(
+        "charts.pollInterval",
+        "SETPOINT_CHART_POLL_INTERVAL",
+        Kind::Duration,
+        "5m",
+    ),
+    setting(
         "metrics.listen",
         "SETPOINT_METRICS_LISTEN",
         Kind::Address,

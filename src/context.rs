@@ -19,6 +19,7 @@ use crate::metrics::Metrics;
 use crate::reconcile::dry_run::DryRunCache;
 use crate::reconcile::kinds::Kinds;
 use crate::report::github::CommitStatuses;
+use crate::source::chart::{ChartSettings, ChartSource};
 use crate::source::git::{Credentials, GitSource};
 use crate::source::render::{RenderSettings, Renderers};
 use crate::tenancy::{Identity, Tenancy, impersonating};
@@ -30,6 +31,8 @@ pub struct Inner {
     pub client: Client,
     pub requests: RequestCounter,
     pub git: GitSource,
+    /// Helm repositories and OCI registries: listings and archives.
+    pub charts: ChartSource,
     pub kinds: Kinds,
     pub reporter: Reporter,
     /// Kustomize and Helm, with their output cache.
@@ -87,6 +90,7 @@ impl Context {
         Ok(Self(Arc::new(Inner {
             client,
             requests,
+            charts: ChartSource::new(ChartSettings::from_env(), cache_dir.clone()),
             // Short in-process retries: the queue retries with backoff too.
             renderers: Renderers::new(RenderSettings::from_env(), cache_dir.join("render"))
                 .with_metrics(&metrics),

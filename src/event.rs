@@ -64,6 +64,13 @@ pub enum Cause {
     /// ready at another revision), or, while this one waits for it, changed
     /// state or was deleted.
     DependencyChanged { dependency: String },
+    /// The chart poller saw the version the Application's range picks
+    /// change (or its repository fail or recover).
+    Chart {
+        repository: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        version: Option<String>,
+    },
 }
 
 impl Cause {
@@ -77,6 +84,7 @@ impl Cause {
             Cause::Manual => "manual",
             Cause::Requeue => "requeue",
             Cause::DependencyChanged { .. } => "dependency",
+            Cause::Chart { .. } => "chart",
         }
     }
 }

@@ -114,6 +114,10 @@ pub struct ServeOptions {
     /// Every Application is reconciled at least this often (e.g. 10m, 30s).
     #[arg(long, env = "SETPOINT_SWEEP_INTERVAL", default_value = "10m", value_parser = parse_duration)]
     pub sweep_interval: Duration,
+    /// Each chart repository (spec.source.chart) is polled for new versions
+    /// this often, with jitter, by the sweep role (e.g. 5m, 1s).
+    #[arg(long, env = "SETPOINT_CHART_POLL_INTERVAL", default_value = "5m", value_parser = parse_duration)]
+    pub chart_poll_interval: Duration,
     /// Handle only the Applications of these namespaces (comma-separated;
     /// empty: every namespace), as Argo CD's `--application-namespaces`.
     /// Every process of one installation should agree.
@@ -367,6 +371,12 @@ pub async fn serve(
             store.clone(),
             queue.clone(),
             settings,
+        ));
+        tasks.spawn(crate::source::chart::poll::run(
+            ctx.clone(),
+            store.clone(),
+            queue.clone(),
+            options.chart_poll_interval,
         ));
     }
     let worker_task = roles.worker.then(|| {

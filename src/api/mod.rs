@@ -92,17 +92,28 @@ pub struct Dependency {
 #[derive(Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Source {
-    /// A local path, `file://`, `http(s)://`, `ssh://` or `git@host:org/repo`.
+    /// A local path, `file://`, `http(s)://`, `ssh://` or `git@host:org/repo`;
+    /// with `chart`, a Helm repository (`http(s)://`, serving `index.yaml`)
+    /// or an OCI registry path (`oci://registry/path`).
     #[serde(rename = "repoURL")]
     pub repo_url: String,
-    /// A branch, a tag or a commit id; empty means the default branch.
+    /// A chart of the Helm repository or OCI registry at `repoURL`, rendered
+    /// instead of a Git path (Argo CD's `chart`): `targetRevision` is then
+    /// its version or a semver range (`1.x`, `>=1.2 <2`, `*`; the newest
+    /// matching version wins, prereleases only when the range names one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chart: Option<String>,
+    /// A branch, a tag or a commit id; empty means the default branch. For a
+    /// chart, a version or a semver range; empty means the newest release.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target_revision: Option<String>,
     /// The directory in the repository that holds the manifests; empty is the root.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub path: Option<String>,
     /// A Secret in the Application's namespace holding `username` and
-    /// `password` (or `token`) for an `http(s)://` repository.
+    /// `password` (or `token`) for an `http(s)://` repository; for a chart,
+    /// basic auth, or a bearer `token` (an OCI registry's token service
+    /// gets the username and password).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub credentials_secret: Option<String>,
     /// Render the path as plain YAML and JSON files, even when it holds a
@@ -125,6 +136,7 @@ impl std::fmt::Debug for Source {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Source")
             .field("repo_url", &crate::secret::ShownUrl(&self.repo_url))
+            .field("chart", &self.chart)
             .field("target_revision", &self.target_revision)
             .field("path", &self.path)
             .field("credentials_secret", &self.credentials_secret)

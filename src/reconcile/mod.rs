@@ -13,6 +13,7 @@
 //! 8. health and status — written only when changed; Events for what happened.
 
 pub mod apply;
+mod chart;
 mod commit_status;
 mod credentials;
 pub mod depends;
@@ -40,11 +41,14 @@ use crate::api::{Application, ApplicationStatus, Health, OperationSummary, Resou
 use crate::context::Context;
 use crate::manifest::ObjectId;
 use crate::report::events::{Events, error_chain};
+use crate::source::chart::ChartError;
 use crate::source::git::Checkout;
 use crate::source::git::{CheckoutRequest, Credentials, GitError};
 use crate::source::render::inputs::Inputs;
 use crate::source::render::{Job, Method, RenderError, directory};
 use crate::tenancy::TenancyError;
+
+pub(crate) use credentials::chart_auth;
 
 use apply::ApplyError;
 use live::LiveError;
@@ -56,6 +60,8 @@ use status::{Ending, Report};
 pub enum ReconcileError {
     #[error(transparent)]
     Source(#[from] GitError),
+    #[error(transparent)]
+    Chart(ChartError),
     #[error("{}", if .0.is_manifest() { format!("invalid manifest: {}", .0) } else { .0.to_string() })]
     Render(#[from] RenderError),
     #[error(transparent)]
@@ -97,6 +103,7 @@ impl ReconcileError {
     pub fn is_transient(&self) -> bool {
         match self {
             ReconcileError::Source(e) => e.is_transient(),
+            ReconcileError::Chart(e) => e.is_transient(),
             ReconcileError::Render(e) => e.is_transient(),
             ReconcileError::Prepare(e) => e.is_transient(),
             ReconcileError::Live(_) => true,
@@ -118,6 +125,7 @@ impl ReconcileError {
                 GitError::PathNotFound { .. } | GitError::NotADirectory { .. },
             ) => "PathNotFound",
             ReconcileError::Source(_) => "FetchFailed",
+            ReconcileError::Chart(e) => e.reason(),
             ReconcileError::Render(e) => e.reason(),
             ReconcileError::Prepare(PrepareError::Duplicate(_)) => "InvalidManifest",
             ReconcileError::Prepare(e) if e.is_transient() => "DiscoveryFailed",
@@ -367,9 +375,30 @@ async fn sync(
     // credentials Secret, the live reads, the dry run, the apply, the prune)
     // goes through `client`, so the API server's RBAC decides.
     let identity = ctx.tenancy.identity(app)?;
-    ctx.tenancy.check_source(&source.repo_url)?;
     let client = ctx.client_for(&identity);
-    let credentials = credentials::credentials(ctx, app, &identity, &client).await?;
+    let (revision, manifests, inputs) = if source.chart.is_some() {
+        chart::render(ctx, app, &client, request, revision_out).await?
+    } else {
+        git_render(ctx, app, request, &identity, &client, revision_out).await?
+    };
+    sync_rendered(
+        ctx, app, request, events, started, &client, revision, manifests, inputs,
+    )
+    .await
+}
+
+/// Steps 1–2 from Git: the checkout at the revision, then its render.
+async fn git_render(
+    ctx: &Context,
+    app: &Application,
+    request: &Request,
+    identity: &crate::tenancy::Identity,
+    client: &kube::Client,
+    revision_out: &mut Option<String>,
+) -> Result<(String, Vec<crate::manifest::Manifest>, Inputs), ReconcileError> {
+    let source = &app.spec.source;
+    ctx.tenancy.check_source(&source.repo_url)?;
+    let credentials = credentials::credentials(ctx, app, identity, client).await?;
     let checkout = ctx
         .git
         .checkout(&CheckoutRequest {
@@ -387,6 +416,23 @@ async fn sync(
     }
 
     let (manifests, inputs) = render(ctx, app, credentials.as_ref(), &checkout).await?;
+    Ok((revision, manifests, inputs))
+}
+
+/// Steps 3–8, the same whatever the source.
+#[allow(clippy::too_many_arguments)] // the steps' shared state, passed as it is
+async fn sync_rendered(
+    ctx: &Context,
+    app: &Application,
+    request: &Request,
+    events: &Events,
+    started: Instant,
+    client: &kube::Client,
+    revision: String,
+    manifests: Vec<crate::manifest::Manifest>,
+    inputs: Inputs,
+) -> Result<Outcome, ReconcileError> {
+    let client = client.clone();
     let prepared = prepare::prepare(&ctx.client, &ctx.kinds, app, manifests).await?;
     // Hooks (`setpoint.dev/hook`) run only at their phase of a sync: they are
     // neither planned, nor drift, nor pruned as ordinary objects.

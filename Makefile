@@ -12,6 +12,9 @@ export SETPOINT_CACHE K8S_VERSION
 KUBECTL := $(SETPOINT_CACHE)/k8s-$(K8S_VERSION)/bin/kubectl
 HELM_VERSION := $(shell awk '$$1 == "helm.sh/helm/v4" {print $$2; exit}' tests/tools/helm/go.mod)
 HELM := $(SETPOINT_CACHE)/helm-$(HELM_VERSION)/bin/helm
+# The OCI registry the chart-source tests push charts to (CNCF distribution).
+REGISTRY_VERSION := $(shell awk '$$1 == "github.com/distribution/distribution/v3" {print $$2; exit}' tests/tools/registry/go.mod)
+export SETPOINT_REGISTRY ?= $(SETPOINT_CACHE)/registry-$(REGISTRY_VERSION)/bin/registry
 # The renderers Setpoint runs (kustomize through kubectl, and helm), built
 # from their Go modules into the cache.
 export SETPOINT_KUBECTL ?= $(KUBECTL)
@@ -24,8 +27,8 @@ RUSTC_VERSION := $(shell rustc --version 2>/dev/null | awk '{print $$2}')
 export CARGO_TARGET_DIR ?= $(SETPOINT_CACHE)/cargo-target-$(RUSTC_VERSION)
 
 PHONY_EXTRA := crd bench bench-large image image-deps image-context image-lock test-image
-.PHONY: all build test test-restart unit lint demo bench cluster-build cluster-up cluster-down \
-	rabbitmq-up rabbitmq-down up down fmt helm-build $(PHONY_EXTRA)
+.PHONY: all build test test-restart test-ui browser-deps unit lint demo bench cluster-build cluster-up cluster-down \
+	rabbitmq-up rabbitmq-down up down fmt helm-build registry-build $(PHONY_EXTRA)
 
 all: build
 
@@ -54,6 +57,10 @@ cluster-down:
 helm-build:
 	tests/tools/helm/build.sh >/dev/null
 
+## The OCI registry, built from its Go module (see tests/tools/registry/build.sh).
+registry-build:
+	tests/tools/registry/build.sh >/dev/null
+
 ## RabbitMQ on 127.0.0.1:5672 (see tests/broker/rabbitmq.sh).
 rabbitmq-up:
 	tests/broker/rabbitmq.sh up
@@ -61,7 +68,7 @@ rabbitmq-up:
 rabbitmq-down:
 	tests/broker/rabbitmq.sh down
 
-up: cluster-up rabbitmq-up helm-build
+up: cluster-up rabbitmq-up helm-build registry-build
 down: cluster-down rabbitmq-down
 
 # Tests and benchmarks run in this RabbitMQ vhost, emptied before each run
@@ -85,6 +92,19 @@ test: up lint
 ## client of this control plane (the repo's .cluster) while it runs.
 test-restart: up
 	cargo test --test apiserver_restart
+
+## The dashboard in a real headless Chromium (tests/ui_browser.rs), driven
+## over WebDriver by chromedriver; both from Debian, installed when missing.
+BROWSER_DEPS := chromium chromium-driver
+
+browser-deps:
+	@dpkg-query -W -f '$${Status}\n' $(BROWSER_DEPS) 2>/dev/null | grep -c '^install ok installed$$' | grep -qx $(words $(BROWSER_DEPS)) || { \
+	  echo "[test-ui] installing $(BROWSER_DEPS) from Debian"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+	    $(BROWSER_DEPS) >/dev/null; }
+
+test-ui: up browser-deps
+	cargo test --test ui_browser
 
 ## The container image (Containerfile; image/build.sh): an OCI archive under
 ## $(CARGO_TARGET_DIR)/image with its SPDX SBOM, built with buildah from
@@ -128,6 +148,9 @@ bench: up
 	cargo bench --bench reconcile
 	cargo bench --bench pipeline
 	cargo bench --bench routing
+	cargo bench --bench depends
+	cargo bench --bench ui
+	cargo bench --bench charts
 
 ## The fleet benchmark at 10,000 Applications of Flux's MTTP shape
 ## (ServiceAccount, Service, Deployment of 0 replicas, Ingress) in one

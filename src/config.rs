@@ -216,10 +216,23 @@ pub const SETTINGS: &[Setting] = &[
         "10m",
     ),
     setting(
+        "charts.pollInterval",
+        "SETPOINT_CHART_POLL_INTERVAL",
+        Kind::Duration,
+        "5m",
+    ),
+    setting(
         "metrics.listen",
         "SETPOINT_METRICS_LISTEN",
         Kind::Address,
         "0.0.0.0:9090",
+    ),
+    setting("ui.listen", "SETPOINT_UI_LISTEN", Kind::Address, ""),
+    setting(
+        "ui.auth",
+        "SETPOINT_UI_AUTH",
+        Kind::OneOf(&["kubernetes", "none"]),
+        "kubernetes",
     ),
     setting(
         "render.timeout",

@@ -5,17 +5,21 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use http::{Method, Request};
 use kube::client::{Body, ClientBuilder};
 use kube::runtime::events::Reporter;
+use kube::runtime::reflector::Store;
 use kube::{Client, Config};
 use tower::util::MapRequestLayer;
 
+use crate::api::Application;
 use crate::metrics::Metrics;
+use crate::reconcile::dry_run::DryRunCache;
 use crate::reconcile::kinds::Kinds;
 use crate::report::github::CommitStatuses;
+use crate::source::chart::{ChartSettings, ChartSource};
 use crate::source::git::{Credentials, GitSource};
 use crate::source::render::{RenderSettings, Renderers};
 use crate::tenancy::{Identity, Tenancy, impersonating};
@@ -27,11 +31,15 @@ pub struct Inner {
     pub client: Client,
     pub requests: RequestCounter,
     pub git: GitSource,
+    /// Helm repositories and OCI registries: listings and archives.
+    pub charts: ChartSource,
     pub kinds: Kinds,
     pub reporter: Reporter,
     /// Kustomize and Helm, with their output cache.
     pub renderers: Renderers,
     pub metrics: Metrics,
+    /// The server-side diff's dry-run answers, per object.
+    pub dry_runs: DryRunCache,
     /// Git credentials for http(s) repositories whose Application names no
     /// Secret: `SETPOINT_GIT_USERNAME` and `SETPOINT_GIT_PASSWORD` (or
     /// `SETPOINT_GIT_PASSWORD_FILE`).
@@ -45,6 +53,9 @@ pub struct Inner {
     /// One impersonating client per tenant identity, sharing `client`'s
     /// connections.
     impersonated: Mutex<HashMap<Identity, Client>>,
+    /// The Applications the process's watch holds (when it runs one): the
+    /// reconcile reads its dependencies (`spec.dependsOn`) here.
+    applications: OnceLock<Store<Application>>,
 }
 
 impl std::ops::Deref for Context {
@@ -79,6 +90,7 @@ impl Context {
         Ok(Self(Arc::new(Inner {
             client,
             requests,
+            charts: ChartSource::new(ChartSettings::from_env(), cache_dir.clone()),
             // Short in-process retries: the queue retries with backoff too.
             renderers: Renderers::new(RenderSettings::from_env(), cache_dir.join("render"))
                 .with_metrics(&metrics),
@@ -87,13 +99,25 @@ impl Context {
                 .with_fetch_histogram(metrics.git_fetch_seconds.clone())
                 .with_fetch_requests(metrics.git_fetches()),
             metrics,
+            dry_runs: DryRunCache::default(),
             kinds: Kinds::default(),
             reporter,
             git_credentials: credentials_from_env(),
             commit_statuses,
             tenancy,
             impersonated: Mutex::default(),
+            applications: OnceLock::new(),
         })))
+    }
+
+    /// Hands the reconcile the watch's Application store (once).
+    pub fn set_applications(&self, store: Store<Application>) {
+        let _ = self.applications.set(store);
+    }
+
+    /// The watch's Application store, if this process runs one.
+    pub fn applications(&self) -> Option<&Store<Application>> {
+        self.applications.get()
     }
 
     /// The client whose requests are made as `identity`: Setpoint's own for
@@ -125,33 +149,47 @@ fn credentials_from_env() -> Option<Credentials> {
 pub fn counted_client(config: Config, requests: &RequestCounter) -> Result<Client, kube::Error> {
     let counter = requests.clone();
     let layer = MapRequestLayer::new(move |request: Request<Body>| {
-        counter.record(request.method());
+        let dry_run = request
+            .uri()
+            .query()
+            .is_some_and(|query| query.split('&').any(|pair| pair == "dryRun=All"));
+        counter.record(request.method(), dry_run);
         request
     });
     Ok(ClientBuilder::try_from(config)?.with_layer(&layer).build())
 }
 
-/// How many requests went to the API server, reads and writes apart: the
-/// idempotence tests and the benchmarks read it.
+/// How many requests went to the API server, reads, writes and dry runs
+/// apart: the idempotence tests and the benchmarks read it. A dry run
+/// (`dryRun=All`, the server-side diff's and the apply's) is a PATCH that
+/// persists nothing, so it is not counted as a write.
 #[derive(Clone, Default)]
-pub struct RequestCounter(Arc<[AtomicU64; 2]>);
+pub struct RequestCounter(Arc<[AtomicU64; 3]>);
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RequestCount {
     pub reads: u64,
     pub writes: u64,
+    pub dry_runs: u64,
 }
 
 impl RequestCounter {
-    fn record(&self, method: &Method) {
-        let write = !matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS);
-        self.0[write as usize].fetch_add(1, Ordering::Relaxed);
+    fn record(&self, method: &Method, dry_run: bool) {
+        let slot = if dry_run {
+            2
+        } else if matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS) {
+            0
+        } else {
+            1
+        };
+        self.0[slot].fetch_add(1, Ordering::Relaxed);
     }
 
     pub fn get(&self) -> RequestCount {
         RequestCount {
             reads: self.0[0].load(Ordering::Relaxed),
             writes: self.0[1].load(Ordering::Relaxed),
+            dry_runs: self.0[2].load(Ordering::Relaxed),
         }
     }
 }
@@ -162,6 +200,7 @@ impl std::ops::Sub for RequestCount {
         RequestCount {
             reads: self.reads - earlier.reads,
             writes: self.writes - earlier.writes,
+            dry_runs: self.dry_runs - earlier.dry_runs,
         }
     }
 }

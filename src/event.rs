@@ -60,6 +60,17 @@ pub enum Cause {
     Manual,
     /// The last reconcile left something progressing: check back.
     Requeue,
+    /// An Application this one names in `spec.dependsOn` became ready (or
+    /// ready at another revision), or, while this one waits for it, changed
+    /// state or was deleted.
+    DependencyChanged { dependency: String },
+    /// The chart poller saw the version the Application's range picks
+    /// change (or its repository fail or recover).
+    Chart {
+        repository: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        version: Option<String>,
+    },
 }
 
 impl Cause {
@@ -72,6 +83,8 @@ impl Cause {
             Cause::Sweep => "sweep",
             Cause::Manual => "manual",
             Cause::Requeue => "requeue",
+            Cause::DependencyChanged { .. } => "dependency",
+            Cause::Chart { .. } => "chart",
         }
     }
 }

@@ -22,4 +22,5 @@ pub mod secret;
 pub mod serve;
 pub mod source;
 pub mod tenancy;
+pub mod ui;
 pub mod worker;

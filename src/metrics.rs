@@ -38,6 +38,13 @@ pub struct ReconcileLabels {
     pub outcome: String,
 }
 
+/// `sent` (a request to the API server) or `cached` (an earlier answer for
+/// the same live version and body).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DryRunLabels {
+    pub result: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct KindLabels {
     pub group: String,
@@ -74,6 +81,7 @@ pub struct Inner {
     pub reconcile_seconds: HistogramFamily<AppLabels>,
     pub reconciles: Family<ReconcileLabels, Counter>,
     pub drift_corrections: Family<KindLabels, Counter>,
+    pub dry_runs: Family<DryRunLabels, Counter>,
     pub app_sync: Family<AppStatusLabels, Gauge>,
     pub app_health: Family<AppStatusLabels, Gauge>,
     pub git_fetch_seconds: Histogram,
@@ -113,6 +121,15 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// Counts one dry run of the server-side diff (`sent` or `cached`).
+    pub fn dry_run(&self, result: &str) {
+        self.dry_runs
+            .get_or_create(&DryRunLabels {
+                result: result.into(),
+            })
+            .inc();
+    }
+
     pub fn new() -> Self {
         let mut registry = Registry::with_prefix("setpoint");
         let webhooks = Family::<WebhookLabels, Counter>::default();
@@ -170,6 +187,12 @@ impl Metrics {
             "Live objects set back to what Git holds, by kind",
             drift_corrections.clone(),
         );
+        let dry_runs = Family::<DryRunLabels, Counter>::default();
+        registry.register(
+            "dry_runs",
+            "Server-side apply dry runs of live objects for the diff: sent to the API server, or answered from the cache",
+            dry_runs.clone(),
+        );
         let app_sync = Family::<AppStatusLabels, Gauge>::default();
         registry.register(
             "app_sync_status",
@@ -217,6 +240,7 @@ impl Metrics {
             reconcile_seconds,
             reconciles,
             drift_corrections,
+            dry_runs,
             app_sync,
             app_health,
             git_fetch_seconds,

@@ -31,6 +31,8 @@ pub struct Roles {
     pub worker: bool,
     pub watch: bool,
     pub sweep: bool,
+    /// The dashboard (`setpoint ui`; `run` with `--ui-listen`).
+    pub ui: bool,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -53,6 +55,13 @@ pub struct ServeOptions {
     /// Where the webhook listens.
     #[arg(long, env = "SETPOINT_LISTEN", default_value = "0.0.0.0:8080")]
     pub listen: SocketAddr,
+    /// Where the web dashboard listens (`run`, `ui`); off unless set.
+    #[arg(long, env = "SETPOINT_UI_LISTEN")]
+    pub ui_listen: Option<SocketAddr>,
+    /// How the dashboard checks its viewers: `kubernetes` (a bearer token,
+    /// TokenReview and SubjectAccessReview) or `none` (local use only).
+    #[arg(long, env = "SETPOINT_UI_AUTH", value_enum, default_value_t = crate::ui::AuthMode::Kubernetes)]
+    pub ui_auth: crate::ui::AuthMode,
     /// Where /metrics, /healthz and /readyz are served (every role).
     #[arg(long, env = "SETPOINT_METRICS_LISTEN", default_value = "0.0.0.0:9090")]
     pub metrics_listen: SocketAddr,
@@ -105,6 +114,10 @@ pub struct ServeOptions {
     /// Every Application is reconciled at least this often (e.g. 10m, 30s).
     #[arg(long, env = "SETPOINT_SWEEP_INTERVAL", default_value = "10m", value_parser = parse_duration)]
     pub sweep_interval: Duration,
+    /// Each chart repository (spec.source.chart) is polled for new versions
+    /// this often, with jitter, by the sweep role (e.g. 5m, 1s).
+    #[arg(long, env = "SETPOINT_CHART_POLL_INTERVAL", default_value = "5m", value_parser = parse_duration)]
+    pub chart_poll_interval: Duration,
     /// Handle only the Applications of these namespaces (comma-separated;
     /// empty: every namespace), as Argo CD's `--application-namespaces`.
     /// Every process of one installation should agree.
@@ -285,7 +298,15 @@ pub async fn serve(
     // The Application index: the webhook matches pushes against it, the
     // sweep walks it, the watch learns the kinds in use from it.
     let (store, writer) = reflector::store::<Application>();
-    let needs_index = roles.webhook || roles.watch || roles.sweep;
+    let needs_index = roles.webhook || roles.watch || roles.sweep || roles.ui;
+    if needs_index {
+        // The reconcile reads `spec.dependsOn`'s Applications there.
+        ctx.set_applications(store.clone());
+    }
+    // The webhook's route index, kept by the same watch.
+    let routes = roles
+        .webhook
+        .then(|| Arc::new(crate::ingest::StoreIndex::new(store.clone())));
     let probes = Probes {
         metrics: ctx.metrics.clone(),
         queue: queue.clone(),
@@ -327,8 +348,12 @@ pub async fn serve(
         let objects = roles.watch;
         let enqueue_apps = roles.watch;
         let scope = live_watch::Scope::new(&options.watch_namespaces);
+        let reflect = crate::ingest::AppReflector {
+            writer,
+            routes: routes.clone(),
+        };
         tasks.spawn(async move {
-            live_watch::run(client, queue, writer, store, scope, objects, enqueue_apps).await;
+            live_watch::run(client, queue, reflect, store, scope, objects, enqueue_apps).await;
         });
     }
     if roles.sweep {
@@ -347,6 +372,12 @@ pub async fn serve(
             queue.clone(),
             settings,
         ));
+        tasks.spawn(crate::source::chart::poll::run(
+            ctx.clone(),
+            store.clone(),
+            queue.clone(),
+            options.chart_poll_interval,
+        ));
     }
     let worker_task = roles.worker.then(|| {
         let settings = WorkerSettings {
@@ -362,7 +393,9 @@ pub async fn serve(
             }
         })
     });
-    let server = if roles.webhook {
+    // The last webhook deliveries, for the dashboard's Activity page.
+    let deliveries = webhook::recent::RecentDeliveries::default();
+    let server = if let Some(routes) = routes {
         let settings = WebhookSettings {
             github_secrets: secrets(&options.github_secret, &options.github_secret_file)?,
             gitlab_tokens: secrets(&options.gitlab_token, &options.gitlab_token_file)?,
@@ -392,13 +425,10 @@ pub async fn serve(
                 settings.replay_window,
             )?),
         };
-        let state = webhook::WebhookState::new(
-            settings,
-            queue.clone(),
-            Arc::new(crate::ingest::StoreIndex::new(store.clone())),
-        )
-        .with_seen(seen)
-        .with_metrics(ctx.metrics.clone());
+        let state = webhook::WebhookState::new(settings, queue.clone(), routes)
+            .with_seen(seen)
+            .with_metrics(ctx.metrics.clone())
+            .with_recent(deliveries.clone());
         let server = actix_web::HttpServer::new(move || {
             let state = state.clone();
             actix_web::App::new()
@@ -430,11 +460,43 @@ pub async fn serve(
     if let Some(server) = server {
         tokio::spawn(server);
     }
+    let ui_handle = match options.ui_listen.filter(|_| roles.ui) {
+        Some(listen) => {
+            let settings = crate::ui::UiSettings {
+                listen,
+                auth: options.ui_auth,
+                namespaces: options.watch_namespaces.clone(),
+            };
+            let queue_state = crate::ui::QueueState {
+                kind: match &amqp_url {
+                    Some(_) => format!("RabbitMQ, {} shards", options.shards),
+                    None => "in process".to_string(),
+                },
+                concurrency: if roles.worker { options.concurrency } else { 0 },
+            };
+            let state = crate::ui::UiState::new(
+                store.clone(),
+                crate::ui::auth::Authorizer::new(ctx.client.clone(), options.ui_auth),
+                Some(queue.clone()),
+                deliveries.clone(),
+                queue_state,
+            );
+            let server = crate::ui::start(&settings, ctx.client.clone(), state, &mut tasks)
+                .map_err(|e| anyhow::anyhow!("cannot listen on {listen} for the dashboard: {e}"))?;
+            let handle = server.handle();
+            tokio::spawn(server);
+            Some(handle)
+        }
+        None => None,
+    };
 
     wait_for_signal().await;
     tracing::info!("shutting down");
     if let Some(handle) = handle {
         handle.stop(true).await;
+    }
+    if let Some(handle) = ui_handle {
+        handle.stop(false).await;
     }
     // No new events from the watch and the sweep; the worker finishes its
     // in-flight reconciles within its grace period and gives back the rest.

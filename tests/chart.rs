@@ -713,6 +713,52 @@ async fn the_ingress_routes_the_webhook_paths_to_the_webhook_service() {
     assert_eq!(service["spec"]["ports"][0]["name"], "http");
 }
 
+/// `ui.enabled`: the dashboard's Deployment (`setpoint ui` on its port),
+/// Service and Ingress, and the RBAC to review its viewers' tokens.
+#[tokio::test]
+async fn the_dashboard_gets_a_deployment_a_service_an_ingress_and_review_rights() {
+    let ns = TestNamespace::new("chart-ui").await;
+    let objects = render_and_dry_run(
+        &ns.name,
+        &[
+            "--set",
+            "ui.enabled=true",
+            "--set",
+            "ui.ingress.enabled=true",
+            "--set",
+            "ui.ingress.hosts[0].host=setpoint.example.test",
+        ],
+    );
+    let ui = container(deployment(&objects, "ui"));
+    assert_eq!(args(ui)[0], "ui");
+    assert_eq!(flag(ui, "--ui-listen").as_deref(), Some("0.0.0.0:8081"));
+    assert_eq!(flag(ui, "--ui-auth").as_deref(), Some("kubernetes"));
+    let service = find(&objects, "Service", &component("ui"));
+    assert_eq!(service["spec"]["ports"][0]["targetPort"], "http");
+    let ingress = find(&objects, "Ingress", &component("ui"));
+    let path = &ingress["spec"]["rules"][0]["http"]["paths"][0];
+    assert_eq!(path["path"], "/");
+    assert_eq!(path["backend"]["service"]["name"], component("ui").as_str());
+    let rules: Vec<&Value> = all_of(&objects, "ClusterRole")
+        .into_iter()
+        .flat_map(|role| role["rules"].as_array().unwrap())
+        .collect();
+    for resource in ["tokenreviews", "subjectaccessreviews"] {
+        assert!(
+            rules.iter().any(
+                |rule| strings(&rule["resources"]).iter().any(|r| r == resource)
+                    && strings(&rule["verbs"]).iter().any(|v| v == "create")
+            ),
+            "Setpoint may create {resource}"
+        );
+    }
+    let defaults = render_and_dry_run(&ns.name, &[]);
+    assert!(
+        !defaults.iter().any(|o| name_of(o) == component("ui")),
+        "off by default"
+    );
+}
+
 #[tokio::test]
 async fn without_autoscaling_the_worker_has_its_replicas_and_no_hpa() {
     let ns = TestNamespace::new("chart-replicas").await;

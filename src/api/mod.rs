@@ -5,8 +5,10 @@
 //! from these types (`setpoint crd`); a test keeps the committed copies equal.
 
 mod conditions;
+mod sync_run;
 
 pub use conditions::{Condition, ConditionStatus, ConditionType, set_condition};
+pub use sync_run::{HookPhase, HookRecord, HookState, RunPhase, SyncRun, WaveRecord};
 
 use kube::CustomResource;
 use schemars::JsonSchema;
@@ -42,23 +44,76 @@ pub struct ApplicationSpec {
     /// Stop reconciling (Flux's `suspend`): nothing is applied or pruned.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub suspend: bool,
+    /// Fields that are not drift and that Setpoint leaves out of what it
+    /// applies (Argo CD's `ignoreDifferences`), e.g. the replicas of a
+    /// Deployment that an HPA scales.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ignore_differences: Vec<IgnoreDifferences>,
+    /// Applications that must be Synced and Healthy at their current
+    /// revision before this one is synced; until then it waits
+    /// (`Ready=False`, reason `DependencyNotReady`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub depends_on: Vec<Dependency>,
+}
+
+/// One `spec.ignoreDifferences` rule: the objects it applies to (group and
+/// kind, `*` for any; name and namespace when given) and the fields it
+/// ignores, by JSON pointer (RFC 6901, `/spec/replicas`) or by the field
+/// managers that own them in the live object (`managedFields`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct IgnoreDifferences {
+    /// The API group; empty for the core group (ConfigMap, Secret).
+    #[serde(default)]
+    pub group: String,
+    pub kind: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub json_pointers: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub managed_fields_managers: Vec<String>,
+}
+
+/// One Application this one waits for.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Dependency {
+    pub name: String,
+    /// Defaults to this Application's namespace; another namespace only for
+    /// an Application of an admin namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
 }
 
 /// Where the manifests are.
 #[derive(Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Source {
-    /// A local path, `file://`, `http(s)://`, `ssh://` or `git@host:org/repo`.
+    /// A local path, `file://`, `http(s)://`, `ssh://` or `git@host:org/repo`;
+    /// with `chart`, a Helm repository (`http(s)://`, serving `index.yaml`)
+    /// or an OCI registry path (`oci://registry/path`).
     #[serde(rename = "repoURL")]
     pub repo_url: String,
-    /// A branch, a tag or a commit id; empty means the default branch.
+    /// A chart of the Helm repository or OCI registry at `repoURL`, rendered
+    /// instead of a Git path (Argo CD's `chart`): `targetRevision` is then
+    /// its version or a semver range (`1.x`, `>=1.2 <2`, `*`; the newest
+    /// matching version wins, prereleases only when the range names one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chart: Option<String>,
+    /// A branch, a tag or a commit id; empty means the default branch. For a
+    /// chart, a version or a semver range; empty means the newest release.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target_revision: Option<String>,
     /// The directory in the repository that holds the manifests; empty is the root.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub path: Option<String>,
     /// A Secret in the Application's namespace holding `username` and
-    /// `password` (or `token`) for an `http(s)://` repository.
+    /// `password` (or `token`) for an `http(s)://` repository; for a chart,
+    /// basic auth, or a bearer `token` (an OCI registry's token service
+    /// gets the username and password).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub credentials_secret: Option<String>,
     /// Render the path as plain YAML and JSON files, even when it holds a
@@ -81,6 +136,7 @@ impl std::fmt::Debug for Source {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Source")
             .field("repo_url", &crate::secret::ShownUrl(&self.repo_url))
+            .field("chart", &self.chart)
             .field("target_revision", &self.target_revision)
             .field("path", &self.path)
             .field("credentials_secret", &self.credentials_secret)
@@ -169,6 +225,10 @@ pub struct SyncPolicy {
     /// Allow a sync whose render came out empty to prune everything.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub allow_empty: bool,
+    /// How long one sync wave may take to become Healthy before the sync
+    /// fails (`30s`, `10m`, `1h`); default 10m.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wave_timeout: Option<String>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -212,6 +272,9 @@ pub struct ApplicationStatus {
     /// changes none of them does not reconcile this Application.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub source_inputs: Vec<String>,
+    /// The last sync of a new revision that used sync waves or hooks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sync_run: Option<SyncRun>,
 }
 
 /// How many operations `status.history` keeps.

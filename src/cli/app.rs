@@ -1,11 +1,15 @@
 //! `setpoint app list | get | diff | sync | history`, like `argocd app` and
 //! `flux get`: kubectl-like tables, or the objects with `-o yaml|json`.
 
+use std::collections::HashMap;
+
 use clap::{Args, Subcommand, ValueEnum};
 use kube::api::ListParams;
 use kube::{Api, ResourceExt};
 
 use crate::api::{Application, ConditionType, OperationSummary};
+use crate::event::AppKey;
+use crate::reconcile::depends;
 use crate::reconcile::status::short;
 use crate::reconcile::{self, Request};
 use crate::source::repo_url::display_url;
@@ -272,9 +276,23 @@ fn cut(text: &str, max: usize) -> String {
 
 pub fn list_table(apps: &[Application], with_namespace: bool) -> String {
     let mut headers = vec!["NAME", "SYNC", "HEALTH", "REVISION", "MESSAGE"];
+    // Only when some Application has `spec.dependsOn`.
+    let with_waiting = apps.iter().any(|a| !a.spec.depends_on.is_empty());
+    if with_waiting {
+        headers.insert(4, "WAITING-FOR");
+    }
     if with_namespace {
         headers.insert(0, "NAMESPACE");
     }
+    let listed: HashMap<AppKey, &Application> = apps
+        .iter()
+        .map(|a| {
+            (
+                AppKey::new(a.namespace().unwrap_or_default(), a.name_any()),
+                a,
+            )
+        })
+        .collect();
     let rows: Vec<Vec<String>> = apps
         .iter()
         .map(|app| {
@@ -286,6 +304,9 @@ pub fn list_table(apps: &[Application], with_namespace: bool) -> String {
                 short(status.sync.revision.as_deref()).to_string(),
                 ready_message(app),
             ];
+            if with_waiting {
+                row.insert(4, waiting_for(app, &listed));
+            }
             if with_namespace {
                 row.insert(0, app.namespace().unwrap_or_default());
             }
@@ -293,6 +314,43 @@ pub fn list_table(apps: &[Application], with_namespace: bool) -> String {
         })
         .collect();
     table(&headers, &rows)
+}
+
+/// The dependencies an Application waits for (its Ready condition says it
+/// waits): those not ready among the listed ones, and those not listed.
+fn waiting_for(app: &Application, listed: &HashMap<AppKey, &Application>) -> String {
+    let reason = app
+        .status
+        .as_ref()
+        .and_then(|s| {
+            s.conditions
+                .iter()
+                .find(|c| c.type_ == ConditionType::Ready)
+        })
+        .map(|c| c.reason.as_str());
+    let own = app.namespace().unwrap_or_default();
+    match reason {
+        Some(depends::NOT_READY) => {
+            let names: Vec<String> = depends::dependencies(app)
+                .into_iter()
+                .filter(|d| {
+                    listed
+                        .get(d)
+                        .is_none_or(|dep| depends::ready_revision(dep).is_none())
+                })
+                .map(|d| {
+                    if d.namespace == own {
+                        d.name
+                    } else {
+                        d.to_string()
+                    }
+                })
+                .collect();
+            names.join(",")
+        }
+        Some("DependencyCycle") => "(cycle)".into(),
+        _ => "-".into(),
+    }
 }
 
 pub fn describe(app: &Application) -> String {
@@ -352,6 +410,20 @@ pub fn describe(app: &Application) -> String {
     if spec.suspend {
         field("Suspended:", "yes".into());
     }
+    if !spec.depends_on.is_empty() {
+        let own = app.namespace().unwrap_or_default();
+        let named: Vec<String> = depends::dependencies(app)
+            .into_iter()
+            .map(|d| {
+                if d.namespace == own {
+                    d.name
+                } else {
+                    d.to_string()
+                }
+            })
+            .collect();
+        field("Depends on:", named.join(", "));
+    }
     if !status.source_inputs.is_empty() {
         // What the last render read: a push that changes none of it does
         // not reconcile this Application.
@@ -377,6 +449,9 @@ pub fn describe(app: &Application) -> String {
             .collect();
         out.push_str(&table(&["TYPE", "STATUS", "REASON", "MESSAGE"], &rows));
     }
+    if let Some(run) = &status.sync_run {
+        out.push_str(&sync_run_section(run));
+    }
     if !status.resources.is_empty() {
         out.push('\n');
         let rows: Vec<Vec<String>> = status
@@ -401,6 +476,53 @@ pub fn describe(app: &Application) -> String {
             &["KIND", "NAMESPACE", "NAME", "SYNC", "HEALTH", "MESSAGE"],
             &rows,
         ));
+    }
+    out
+}
+
+/// The last ordered sync: its phase, each wave and each hook with how long
+/// it took (or `running`).
+fn sync_run_section(run: &crate::api::SyncRun) -> String {
+    use crate::reconcile::ordering::shown_ms;
+    let took = |ms: Option<i64>| ms.map_or_else(|| "running".to_string(), shown_ms);
+    let mut out = format!(
+        "\nSYNC RUN  {:?} at {}{}\n",
+        run.phase,
+        short(Some(&run.revision)),
+        run.message
+            .as_deref()
+            .map(|m| format!(" ({})", cut(m, 80)))
+            .unwrap_or_default()
+    );
+    if !run.waves.is_empty() {
+        let rows: Vec<Vec<String>> = run
+            .waves
+            .iter()
+            .map(|w| {
+                vec![
+                    w.wave.to_string(),
+                    w.objects.to_string(),
+                    took(w.duration_ms),
+                ]
+            })
+            .collect();
+        out.push_str(&table(&["WAVE", "OBJECTS", "TOOK"], &rows));
+    }
+    if !run.hooks.is_empty() {
+        let rows: Vec<Vec<String>> = run
+            .hooks
+            .iter()
+            .map(|h| {
+                vec![
+                    format!("{:?}", h.phase),
+                    h.kind.clone(),
+                    h.name.clone(),
+                    format!("{:?}", h.state),
+                    took(h.duration_ms),
+                ]
+            })
+            .collect();
+        out.push_str(&table(&["HOOK", "KIND", "NAME", "STATE", "TOOK"], &rows));
     }
     out
 }
@@ -455,6 +577,54 @@ mod tests {
         assert_eq!(
             out,
             "NAME          SYNC       MESSAGE\nweb           Synced\npayments-api  OutOfSync  2 objects differ\n"
+        );
+    }
+
+    #[test]
+    fn app_get_shows_the_waves_and_hooks_of_the_sync_run() {
+        use crate::api::{HookPhase, HookRecord, HookState, RunPhase, SyncRun, WaveRecord};
+        let run = SyncRun {
+            revision: "0123456789abcdef".into(),
+            phase: RunPhase::Sync,
+            message: Some("waiting for wave 5 to be Healthy".into()),
+            waves: vec![
+                WaveRecord {
+                    wave: 0,
+                    objects: 2,
+                    started_at: String::new(),
+                    duration_ms: Some(1500),
+                },
+                WaveRecord {
+                    wave: 5,
+                    objects: 1,
+                    started_at: String::new(),
+                    duration_ms: None,
+                },
+            ],
+            hooks: vec![HookRecord {
+                phase: HookPhase::PreSync,
+                kind: "Job".into(),
+                name: "migrate".into(),
+                state: HookState::Succeeded,
+                duration_ms: Some(800),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let out = sync_run_section(&run);
+        assert!(
+            out.contains("SYNC RUN  Sync at 0123456789ab (waiting for wave 5 to be Healthy)"),
+            "{out}"
+        );
+        let lines: Vec<String> = out
+            .lines()
+            .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+            .collect();
+        assert!(lines.contains(&"0 2 1.5s".to_string()), "{out}");
+        assert!(lines.contains(&"5 1 running".to_string()), "{out}");
+        assert!(
+            lines.contains(&"PreSync Job migrate Succeeded 800ms".to_string()),
+            "{out}"
         );
     }
 
@@ -583,5 +753,46 @@ mod tests {
     fn long_messages_are_cut_to_one_line() {
         assert_eq!(cut("first line\nsecond", 60), "first line");
         assert_eq!(cut(&"x".repeat(70), 10).chars().count(), 10);
+    }
+
+    #[test]
+    fn list_shows_what_a_waiting_application_waits_for_and_get_its_dependencies() {
+        use crate::api::{Condition, ConditionStatus, Dependency};
+        let mut a = app_with("https://git.example.com/org/repo.git");
+        a.metadata.name = Some("a".into());
+        let mut b = app_with("https://git.example.com/org/repo.git");
+        b.metadata.name = Some("b".into());
+        b.spec.depends_on = vec![
+            Dependency {
+                name: "a".into(),
+                namespace: None,
+            },
+            Dependency {
+                name: "db".into(),
+                namespace: Some("infra".into()),
+            },
+        ];
+        b.status.get_or_insert_default().conditions = vec![Condition {
+            type_: ConditionType::Ready,
+            status: ConditionStatus::False,
+            reason: depends::NOT_READY.into(),
+            message: "waiting for dependencies: ns/a (Synced, Progressing)".into(),
+            last_transition_time: "t".into(),
+            observed_generation: None,
+        }];
+        let out = list_table(&[a, b.clone()], false);
+        let lines: Vec<&str> = out.lines().collect();
+        assert!(lines[0].contains("WAITING-FOR"), "{out}");
+        let row: Vec<&str> = lines[2].split_whitespace().collect();
+        assert_eq!(
+            row[..5],
+            ["b", "Unknown", "Unknown", "unknown", "a,infra/db"],
+            "{out}"
+        );
+        assert!(
+            describe(&b).contains("Depends on:   a, infra/db\n"),
+            "{}",
+            describe(&b)
+        );
     }
 }

@@ -47,6 +47,9 @@ pub enum Command {
     Watch(#[command(flatten)] ServeOptions),
     /// Enqueue every Application at a slow interval (one active replica).
     Sweep(#[command(flatten)] ServeOptions),
+    /// The web dashboard alone (`--ui-listen`), for scaled-out installs:
+    /// Sync and Refresh publish on RabbitMQ.
+    Ui(#[command(flatten)] ServeOptions),
     /// Print the Application CustomResourceDefinition as YAML.
     Crd,
     /// Configuration files.
@@ -117,10 +120,12 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
         worker,
         watch,
         sweep,
+        ui: false,
     };
     match cli.command {
         Command::Run(options) => {
-            let roles = roles(true, true, !options.no_watch, !options.no_sweep);
+            let mut roles = roles(true, true, !options.no_watch, !options.no_sweep);
+            roles.ui = options.ui_listen.is_some();
             serve(options, roles, cli.cache_dir, &cli.tenancy).await?;
             Ok(0)
         }
@@ -163,6 +168,15 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
                 &cli.tenancy,
             )
             .await?;
+            Ok(0)
+        }
+        Command::Ui(options) => {
+            if options.ui_listen.is_none() {
+                anyhow::bail!("setpoint ui needs --ui-listen (or SETPOINT_UI_LISTEN)");
+            }
+            let mut roles = roles(false, false, false, false);
+            roles.ui = true;
+            serve(options, roles, cli.cache_dir, &cli.tenancy).await?;
             Ok(0)
         }
         Command::Crd => {

@@ -16,11 +16,11 @@
 //! are in), as the chart's namespaced RBAC (Roles, no ClusterRole) allows;
 //! cluster-scoped kinds stay cluster-wide.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use kube::api::DynamicObject;
 use kube::core::GroupVersionKind;
 use kube::discovery::ApiResource;
@@ -30,9 +30,12 @@ use kube::{Api, Client, ResourceExt};
 use serde_json::Value;
 use tokio::task::JoinHandle;
 
+use super::AppReflector;
 use crate::api::{Application, Health};
 use crate::event::{AppKey, Cause, Event};
+use crate::ingest::dependents::{Dependents, Due};
 use crate::queue::Queue;
+use crate::reconcile::depends;
 use crate::reconcile::health::assess;
 use crate::reconcile::plan::FIELD_MANAGER;
 use crate::reconcile::prepare::{APP_ANNOTATION, APP_LABEL};
@@ -126,13 +129,13 @@ fn watch_config() -> watcher::Config {
     watcher::Config::default().timeout(WATCH_TIMEOUT_SECONDS)
 }
 
-/// Runs the Application watch over `scope` (feeding `writer`; enqueueing
+/// Runs the Application watch over `scope` (feeding `reflect`; enqueueing
 /// spec changes when `apps` is true) and, when `objects` is true, the
 /// live-object watches.
 pub async fn run(
     client: Client,
     queue: Arc<dyn Queue>,
-    writer: reflector::store::Writer<Application>,
+    reflect: AppReflector,
     store: Store<Application>,
     scope: Scope,
     objects: bool,
@@ -140,15 +143,27 @@ pub async fn run(
 ) {
     let watches = Arc::new(Mutex::new(KindWatches::default()));
     let mut generations: HashMap<AppKey, Option<i64>> = HashMap::new();
+    // `spec.dependsOn` reversed: Applications that turned ready enqueue
+    // their dependents (after the listing, once every dependent is known).
+    let mut dependents = Dependents::default();
+    let mut due: BTreeMap<AppKey, Due> = BTreeMap::new();
     let mut listing = true;
     tracing::info!(%scope, "watching Applications");
     let admitted = scope.clone();
+    let AppReflector { writer, routes } = reflect;
     let stream = reflector::reflector(
         writer,
-        watcher::watcher(scope.applications(client.clone()), watch_config()).filter(move |event| {
-            let keep = event.as_ref().map_or(true, |event| admitted.admits(event));
-            std::future::ready(keep)
-        }),
+        watcher::watcher(scope.applications(client.clone()), watch_config())
+            .filter(move |event| {
+                let keep = event.as_ref().map_or(true, |event| admitted.admits(event));
+                std::future::ready(keep)
+            })
+            // The webhook's route index changes with the store, event by event.
+            .inspect_ok(move |event| {
+                if let Some(routes) = &routes {
+                    routes.apply_watcher_event(event);
+                }
+            }),
     );
     futures::pin_mut!(stream);
     let mut retry = Retry::default();
@@ -174,6 +189,24 @@ pub async fn run(
             WatchEvent::InitDone => listing = false,
             WatchEvent::InitApply(app) | WatchEvent::Apply(app) => {
                 let key = AppKey::new(app.namespace().unwrap_or_default(), app.name_any());
+                match dependents.apply(&app) {
+                    Due::Nothing => {}
+                    // Ready wins over a change seen earlier in the listing.
+                    now => {
+                        let entry = due.entry(key.clone()).or_insert(now);
+                        if now == Due::Ready {
+                            *entry = now;
+                        }
+                    }
+                }
+                // Its wait message was written from a store that had not yet
+                // seen a dependency's last change: once more.
+                if apps && !listing && stale_wait(&store, &app) {
+                    let cause = Cause::DependencyChanged {
+                        dependency: String::new(),
+                    };
+                    publish(&queue, Event::new(key.clone(), cause)).await;
+                }
                 let generation = app.metadata.generation;
                 let previous = generations.insert(key.clone(), generation);
                 // New after the first listing, or its spec changed.
@@ -186,10 +219,25 @@ pub async fn run(
                 }
             }
             WatchEvent::Delete(app) => {
-                generations.remove(&AppKey::new(
-                    app.namespace().unwrap_or_default(),
-                    app.name_any(),
-                ));
+                let key = AppKey::new(app.namespace().unwrap_or_default(), app.name_any());
+                dependents.delete(&key);
+                due.entry(key.clone()).or_insert(Due::Changed);
+                generations.remove(&key);
+            }
+        }
+        if !listing {
+            let due = std::mem::take(&mut due);
+            for (dependency, why) in due.into_iter().filter(|_| apps) {
+                for dependent in dependents.of(&dependency) {
+                    if why == Due::Changed && !waiting(&store, &dependent) {
+                        continue;
+                    }
+                    tracing::debug!(%dependency, %dependent, ?why, "enqueueing a dependent");
+                    let cause = Cause::DependencyChanged {
+                        dependency: dependency.to_string(),
+                    };
+                    publish(&queue, Event::new(dependent, cause)).await;
+                }
             }
         }
         if objects && !listing {
@@ -199,6 +247,38 @@ pub async fn run(
                 .expect("watches lock")
                 .sync(&client, &queue, &scope, targets);
         }
+    }
+}
+
+/// Whether `key`'s last reconcile left it waiting for a dependency.
+fn waiting(store: &Store<Application>, key: &AppKey) -> bool {
+    let Some(app) = store.get(&reflector::ObjectRef::new(&key.name).within(&key.namespace)) else {
+        return false;
+    };
+    app.status.as_ref().is_some_and(|s| {
+        s.conditions
+            .iter()
+            .any(|c| c.type_ == crate::api::ConditionType::Ready && c.reason == depends::NOT_READY)
+    })
+}
+
+/// Whether `app` says it waits for its dependencies with a message other
+/// than the one their state in the store gives now.
+fn stale_wait(store: &Store<Application>, app: &Application) -> bool {
+    let Some(written) = app.status.as_ref().and_then(|s| {
+        s.conditions
+            .iter()
+            .find(|c| c.type_ == crate::api::ConditionType::Ready && c.reason == depends::NOT_READY)
+    }) else {
+        return false;
+    };
+    let lookup =
+        |key: &AppKey| store.get(&reflector::ObjectRef::new(&key.name).within(&key.namespace));
+    // Admin or not does not matter here: one that may not name another
+    // namespace is Stalled, never waiting.
+    match depends::gate(app, true, &lookup) {
+        Ok(gate) => gate.message().as_deref() != Some(written.message.as_str()),
+        Err(_) => true,
     }
 }
 
@@ -237,19 +317,27 @@ impl std::fmt::Display for Target {
 /// in (a cluster-scoped kind's objects have none), so that Roles in those
 /// namespaces are enough.
 fn watch_targets(apps: &[Arc<Application>], scope: &Scope) -> BTreeSet<Target> {
-    apps.iter()
+    let target = |group: &str, version: &str, kind: &str, namespace: &Option<String>| Target {
+        group: group.to_string(),
+        version: version.to_string(),
+        kind: kind.to_string(),
+        namespace: if scope.is_all() {
+            None
+        } else {
+            namespace.clone()
+        },
+    };
+    let resources = apps
+        .iter()
         .flat_map(|app| app.status.iter().flat_map(|s| s.resources.iter()))
-        .map(|r| Target {
-            group: r.group.clone(),
-            version: r.version.clone(),
-            kind: r.kind.clone(),
-            namespace: if scope.is_all() {
-                None
-            } else {
-                r.namespace.clone()
-            },
-        })
-        .collect()
+        .map(|r| target(&r.group, &r.version, &r.kind, &r.namespace));
+    // The hooks a sync created (Jobs, mostly): their completion resumes it.
+    let hooks = apps
+        .iter()
+        .flat_map(|app| app.status.iter().flat_map(|s| s.sync_run.iter()))
+        .flat_map(|run| run.hooks.iter())
+        .map(|h| target(&h.group, &h.version, &h.kind, &h.namespace));
+    resources.chain(hooks).collect()
 }
 
 #[derive(Default)]
@@ -719,6 +807,31 @@ mod tests {
                 "apps/v1 Deployment in team-a",
                 "apps/v1 Deployment in team-b"
             ]
+        );
+    }
+
+    #[test]
+    fn the_hooks_of_a_sync_run_are_watched_so_their_completion_resumes_it() {
+        let mut app = (*app_with(&[("apps", "Deployment", Some("team-a"))])).clone();
+        let status = app.status.as_mut().unwrap();
+        status.sync_run = Some(crate::api::SyncRun {
+            hooks: vec![crate::api::HookRecord {
+                group: "batch".into(),
+                version: "v1".into(),
+                kind: "Job".into(),
+                namespace: Some("team-a".into()),
+                name: "migrate".into(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        });
+        let targets: Vec<String> = watch_targets(&[Arc::new(app)], &Scope::new(["team-a"]))
+            .iter()
+            .map(Target::to_string)
+            .collect();
+        assert_eq!(
+            targets,
+            ["apps/v1 Deployment in team-a", "batch/v1 Job in team-a"]
         );
     }
 

@@ -211,23 +211,45 @@ fn apply_params(dry_run: bool) -> PatchParams {
 }
 
 /// Dry-runs, then applies, `chosen` (indexes into `desired`) in order.
+/// Objects in `dry_run_done` were dry-run with the same body in this
+/// reconcile already (the server-side diff's input) and are not sent again.
 pub async fn apply(
     client: &Client,
     kinds: &Kinds,
     desired: &mut [Desired],
     chosen: &[usize],
+    dry_run_done: &HashMap<ObjectId, Value>,
 ) -> Result<Vec<Applied>, ApplyError> {
+    dry_run(client, desired, chosen, dry_run_done).await?;
+    apply_checked(client, kinds, desired, chosen).await
+}
+
+fn apply_order(desired: &[Desired], chosen: &[usize]) -> Vec<usize> {
     let mut order: Vec<usize> = chosen.to_vec();
     order.sort_by_key(|&i| {
         let id = &desired[i].manifest.id;
         (rank(&id.group, &id.kind), i)
     });
+    order
+}
 
-    // Dry run of everything whose kind the server already serves.
+/// A server-side dry run of everything of `chosen` whose kind the server
+/// already serves (but those in `dry_run_done`): a rejection stops the sync
+/// before anything is written.
+pub async fn dry_run(
+    client: &Client,
+    desired: &[Desired],
+    chosen: &[usize],
+    dry_run_done: &HashMap<ObjectId, Value>,
+) -> Result<(), ApplyError> {
+    let order = apply_order(desired, chosen);
     for &i in &order {
         let d = &desired[i];
         let Some(kind) = &d.kind else { continue };
         let id = &d.manifest.id;
+        if dry_run_done.contains_key(id) {
+            continue;
+        }
         // An object in a namespace this same sync creates cannot be dry-run yet.
         if id
             .namespace
@@ -248,7 +270,19 @@ pub async fn apply(
             return Err(classify(id, source));
         }
     }
+    Ok(())
+}
 
+/// Applies `chosen` in the kind order, after [`dry_run`] passed for them
+/// (sync waves apply a sync's objects a wave at a time, after one dry run of
+/// them all).
+pub async fn apply_checked(
+    client: &Client,
+    kinds: &Kinds,
+    desired: &mut [Desired],
+    chosen: &[usize],
+) -> Result<Vec<Applied>, ApplyError> {
+    let order = apply_order(desired, chosen);
     let mut applied = Vec::with_capacity(order.len());
     let mut crds_applied = Vec::new();
     for &i in &order {
@@ -294,7 +328,7 @@ fn namespace_in(desired: &[Desired], chosen: &[usize], namespace: &str) -> bool 
     })
 }
 
-fn classify(id: &ObjectId, source: kube::Error) -> ApplyError {
+pub(crate) fn classify(id: &ObjectId, source: kube::Error) -> ApplyError {
     if matches!(&source, kube::Error::Api(s) if s.code == 403) {
         ApplyError::Forbidden {
             id: id.clone(),

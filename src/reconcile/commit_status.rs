@@ -2,7 +2,7 @@
 //! revision starts, its ending when the reconcile ends (the decision is
 //! `report::sync_status`, pure; this is the glue to the reconcile).
 
-use crate::api::Application;
+use crate::api::{Application, ConditionStatus, ConditionType, RunPhase};
 use crate::context::Context;
 use crate::report::events::error_chain;
 use crate::report::github::{CommitStatuses, State};
@@ -50,17 +50,43 @@ pub(super) fn ending(
     };
     let message;
     let ended = match result {
-        Ok(outcome) => Ok(sync_status::Done {
-            sync: outcome.status.sync.status,
-            applied: outcome.applied.len(),
-            pruned: outcome.pruned.len(),
-            message: outcome
+        Ok(outcome) => {
+            let condition = |type_| {
+                outcome
+                    .status
+                    .conditions
+                    .iter()
+                    .find(|c| c.type_ == type_ && c.status == ConditionStatus::True)
+            };
+            let ready = outcome
                 .status
                 .conditions
                 .iter()
-                .find(|c| c.type_ == crate::api::ConditionType::Ready)
-                .map_or("", |c| c.message.as_str()),
-        }),
+                .find(|c| c.type_ == ConditionType::Ready)
+                .map_or("", |c| c.message.as_str());
+            // An ordered sync of this revision that has not finished.
+            let run = outcome
+                .status
+                .sync_run
+                .as_ref()
+                .filter(|run| run.revision == revision);
+            let held = match (run, condition(ConditionType::Stalled)) {
+                (Some(run), Some(stalled)) if run.phase == RunPhase::Failed => {
+                    Some(sync_status::Held::Failed {
+                        reason: &stalled.reason,
+                    })
+                }
+                (Some(run), None) if !run.phase.is_finished() => Some(sync_status::Held::Waiting),
+                _ => None,
+            };
+            Ok(sync_status::Done {
+                sync: outcome.status.sync.status,
+                applied: outcome.applied.len(),
+                pruned: outcome.pruned.len(),
+                message: ready,
+                held,
+            })
+        }
         Err(error) => {
             message = error_chain(error);
             Err(sync_status::Failed {

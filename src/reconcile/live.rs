@@ -184,6 +184,7 @@ pub async fn read(
             objects,
             owned,
             previously_applied,
+            dry_runs: HashMap::new(),
         },
         skipped,
     ))

@@ -5,18 +5,25 @@
 //! 2. render  — files → manifests;
 //! 3. prepare — resolve kinds, set namespaces, mark ownership;
 //! 4. live    — read the objects the cluster holds;
-//! 5. plan    — desired × live → create / update / unchanged / prune (pure);
+//! 5. plan    — desired × live (and the cached dry run of each live one) →
+//!    create / update / unchanged / prune (pure);
 //! 6. policy  — which of those this reconcile may do (pure);
-//! 7. apply   — server-side apply in order, then prune;
+//! 7. apply   — server-side apply in order, then prune (with sync waves or
+//!    hooks, `ordered_sync.rs` follows `ordering.rs` instead);
 //! 8. health and status — written only when changed; Events for what happened.
 
 pub mod apply;
+mod chart;
 mod commit_status;
 mod credentials;
+pub mod depends;
+pub mod dry_run;
 mod events;
 pub mod health;
 pub mod kinds;
 pub mod live;
+mod ordered_sync;
+pub mod ordering;
 pub mod ownership;
 pub mod plan;
 pub mod policy;
@@ -34,11 +41,14 @@ use crate::api::{Application, ApplicationStatus, Health, OperationSummary, Resou
 use crate::context::Context;
 use crate::manifest::ObjectId;
 use crate::report::events::{Events, error_chain};
+use crate::source::chart::ChartError;
 use crate::source::git::Checkout;
 use crate::source::git::{CheckoutRequest, Credentials, GitError};
 use crate::source::render::inputs::Inputs;
 use crate::source::render::{Job, Method, RenderError, directory};
 use crate::tenancy::TenancyError;
+
+pub(crate) use credentials::chart_auth;
 
 use apply::ApplyError;
 use live::LiveError;
@@ -50,6 +60,8 @@ use status::{Ending, Report};
 pub enum ReconcileError {
     #[error(transparent)]
     Source(#[from] GitError),
+    #[error(transparent)]
+    Chart(ChartError),
     #[error("{}", if .0.is_manifest() { format!("invalid manifest: {}", .0) } else { .0.to_string() })]
     Render(#[from] RenderError),
     #[error(transparent)]
@@ -60,6 +72,12 @@ pub enum ReconcileError {
     Apply(#[from] ApplyError),
     #[error(transparent)]
     Tenancy(#[from] TenancyError),
+    #[error(transparent)]
+    Ordering(#[from] ordering::OrderingError),
+    #[error(transparent)]
+    Depends(#[from] depends::DependsError),
+    #[error(transparent)]
+    DependsLookup(#[from] depends::lookup::LookupError),
     #[error(
         "{}; Setpoint never applies, adopts or prunes another Application's objects",
         .0.iter().map(|f| f.to_string()).collect::<Vec<_>>().join(", ")
@@ -85,11 +103,15 @@ impl ReconcileError {
     pub fn is_transient(&self) -> bool {
         match self {
             ReconcileError::Source(e) => e.is_transient(),
+            ReconcileError::Chart(e) => e.is_transient(),
             ReconcileError::Render(e) => e.is_transient(),
             ReconcileError::Prepare(e) => e.is_transient(),
             ReconcileError::Live(_) => true,
             ReconcileError::Apply(e) => e.is_transient(),
             ReconcileError::Tenancy(_) | ReconcileError::Owned(_) => false,
+            ReconcileError::Ordering(_) => false,
+            ReconcileError::Depends(_) => false,
+            ReconcileError::DependsLookup(_) => true,
             ReconcileError::Credentials { .. } => false,
             ReconcileError::WriteStatus { .. } => true,
         }
@@ -103,6 +125,7 @@ impl ReconcileError {
                 GitError::PathNotFound { .. } | GitError::NotADirectory { .. },
             ) => "PathNotFound",
             ReconcileError::Source(_) => "FetchFailed",
+            ReconcileError::Chart(e) => e.reason(),
             ReconcileError::Render(e) => e.reason(),
             ReconcileError::Prepare(PrepareError::Duplicate(_)) => "InvalidManifest",
             ReconcileError::Prepare(e) if e.is_transient() => "DiscoveryFailed",
@@ -111,6 +134,9 @@ impl ReconcileError {
             ReconcileError::Apply(ApplyError::Rejected { .. }) => "ApplyRejected",
             ReconcileError::Apply(ApplyError::Forbidden { .. }) => "Forbidden",
             ReconcileError::Tenancy(e) => e.reason(),
+            ReconcileError::Ordering(e) => e.reason(),
+            ReconcileError::Depends(e) => e.reason(),
+            ReconcileError::DependsLookup(_) => "DependencyReadFailed",
             ReconcileError::Owned(_) => "OwnedByAnotherApplication",
             ReconcileError::Apply(ApplyError::Prune { .. }) => "PruneFailed",
             ReconcileError::Apply(ApplyError::CrdTerminating { .. }) => "CrdTerminating",
@@ -230,6 +256,7 @@ pub async fn reconcile(
             operation: None,
             now: now(),
             inputs: None,
+            sync_run: None,
         };
         let (status, status_written) = status_write::write_status(ctx, app, report).await?;
         return Ok(Outcome {
@@ -239,7 +266,11 @@ pub async fn reconcile(
         });
     }
     let mut revision = None;
-    let result = sync(ctx, app, request, &events, started, &mut revision).await;
+    let result = match gate(ctx, app, request).await {
+        Ok(depends::Gate::Open) => sync(ctx, app, request, &events, started, &mut revision).await,
+        Ok(waiting) => wait_for_dependencies(ctx, app, &events, &waiting).await,
+        Err(error) => Err(error),
+    };
     if !request.dry_run {
         commit_status::ending(ctx, app, request, revision.as_deref(), &result);
     }
@@ -269,6 +300,7 @@ pub async fn reconcile(
                 operation: None,
                 now: now(),
                 inputs: None,
+                sync_run: None,
             };
             tracing::warn!(app = %prepare::owner_key(app), reason, error = %message, "reconcile failed");
             // One Warning per distinct failure, not one per retry.
@@ -281,6 +313,57 @@ pub async fn reconcile(
             Err(error)
         }
     }
+}
+
+/// `spec.dependsOn`: whether this reconcile may sync (a dry run always may).
+async fn gate(
+    ctx: &Context,
+    app: &Application,
+    request: &Request,
+) -> Result<depends::Gate, ReconcileError> {
+    if request.dry_run {
+        return Ok(depends::Gate::Open);
+    }
+    Ok(depends::lookup::check(ctx, app).await??)
+}
+
+/// A dependency is not ready: nothing is read, applied or pruned; the
+/// status says what it waits for and keeps its sync status. No requeue:
+/// the watch enqueues this Application when a dependency turns ready.
+async fn wait_for_dependencies(
+    ctx: &Context,
+    app: &Application,
+    events: &Events,
+    waiting: &depends::Gate,
+) -> Result<Outcome, ReconcileError> {
+    let message = waiting.message().unwrap_or_default();
+    let previous = app.status.as_ref();
+    let report = Report {
+        previous,
+        generation: app.metadata.generation,
+        revision: previous.and_then(|s| s.sync.revision.clone()),
+        resources: None,
+        ending: Ending::Waiting {
+            reason: depends::NOT_READY.into(),
+            message: message.clone(),
+        },
+        operation: None,
+        now: now(),
+        inputs: None,
+        sync_run: None,
+    };
+    let (status, status_written) = status_write::write_status(ctx, app, report).await?;
+    tracing::info!(app = %prepare::owner_key(app), %message, "not synced: a dependency is not ready");
+    if status_written {
+        events
+            .normal(depends::NOT_READY, "Reconcile", message)
+            .await;
+    }
+    Ok(Outcome {
+        status,
+        status_written,
+        ..Default::default()
+    })
 }
 
 async fn sync(
@@ -296,9 +379,30 @@ async fn sync(
     // credentials Secret, the live reads, the dry run, the apply, the prune)
     // goes through `client`, so the API server's RBAC decides.
     let identity = ctx.tenancy.identity(app)?;
-    ctx.tenancy.check_source(&source.repo_url)?;
     let client = ctx.client_for(&identity);
-    let credentials = credentials::credentials(ctx, app, &identity, &client).await?;
+    let (revision, manifests, inputs) = if source.chart.is_some() {
+        chart::render(ctx, app, &client, request, revision_out).await?
+    } else {
+        git_render(ctx, app, request, &identity, &client, revision_out).await?
+    };
+    sync_rendered(
+        ctx, app, request, events, started, &client, revision, manifests, inputs,
+    )
+    .await
+}
+
+/// Steps 1–2 from Git: the checkout at the revision, then its render.
+async fn git_render(
+    ctx: &Context,
+    app: &Application,
+    request: &Request,
+    identity: &crate::tenancy::Identity,
+    client: &kube::Client,
+    revision_out: &mut Option<String>,
+) -> Result<(String, Vec<crate::manifest::Manifest>, Inputs), ReconcileError> {
+    let source = &app.spec.source;
+    ctx.tenancy.check_source(&source.repo_url)?;
+    let credentials = credentials::credentials(ctx, app, identity, client).await?;
     let checkout = ctx
         .git
         .checkout(&CheckoutRequest {
@@ -317,8 +421,51 @@ async fn sync(
     }
 
     let (manifests, inputs) = render(ctx, app, credentials.as_ref(), &checkout).await?;
-    let mut desired = prepare::prepare(&ctx.client, &ctx.kinds, app, manifests).await?;
-    let (live, skipped_kinds) = live::read(&client, &ctx.kinds, app, &desired).await?;
+    Ok((revision, manifests, inputs))
+}
+
+/// Steps 3–8, the same whatever the source.
+#[allow(clippy::too_many_arguments)] // the steps' shared state, passed as it is
+async fn sync_rendered(
+    ctx: &Context,
+    app: &Application,
+    request: &Request,
+    events: &Events,
+    started: Instant,
+    client: &kube::Client,
+    revision: String,
+    manifests: Vec<crate::manifest::Manifest>,
+    inputs: Inputs,
+) -> Result<Outcome, ReconcileError> {
+    let client = client.clone();
+    let prepared = prepare::prepare(&ctx.client, &ctx.kinds, app, manifests).await?;
+    // Hooks (`setpoint.dev/hook`) run only at their phase of a sync: they are
+    // neither planned, nor drift, nor pruned as ordinary objects.
+    let mut desired = Vec::with_capacity(prepared.len());
+    let mut waves = Vec::with_capacity(prepared.len());
+    let mut hooks = Vec::new();
+    let mut hook_orderings = Vec::new();
+    for d in prepared {
+        let order = ordering::ordering(&d.manifest)?;
+        if order.hook.is_some() {
+            hooks.push(d);
+            hook_orderings.push(order);
+        } else {
+            desired.push(d);
+            waves.push(order.wave);
+        }
+    }
+    let (mut live, skipped_kinds) = live::read(&client, &ctx.kinds, app, &desired).await?;
+    let live_hooks: Vec<ObjectId> = live
+        .objects
+        .iter()
+        .filter(|(_, object)| ordering::is_hook(object))
+        .map(|(id, _)| id.clone())
+        .collect();
+    for id in &live_hooks {
+        live.objects.remove(id);
+        live.owned.remove(id);
+    }
     if let Some(error) = apply::terminating_crd(&desired, &live.objects) {
         return Err(error.into());
     }
@@ -327,7 +474,17 @@ async fn sync(
     if !foreign.is_empty() {
         return Err(ReconcileError::Owned(foreign));
     }
-    let plan = plan::plan(&desired_manifests, &live);
+    // What Setpoint applies leaves out the fields the Application ignores;
+    // the dry runs (the server-side diff's input) are of that object.
+    let ignore = &app.spec.ignore_differences;
+    for d in &mut desired {
+        let live_object = plan::find_live(&d.manifest.id, &live.objects);
+        d.manifest.body = plan::applied_body(ignore, &d.manifest.id, &d.manifest.body, live_object);
+    }
+    let desired_manifests: Vec<_> = desired.iter().map(|d| d.manifest.clone()).collect();
+    live.dry_runs =
+        dry_run::dry_run_live(&client, &ctx.dry_runs, &ctx.metrics, &desired, &live).await?;
+    let plan = plan::plan(&desired_manifests, &live, ignore);
     if request.dry_run {
         return Ok(Outcome {
             revision: Some(revision),
@@ -348,15 +505,51 @@ async fn sync(
         .map(|(i, m)| (&m.id, i))
         .collect();
     let chosen: Vec<usize> = decision.apply.iter().map(|s| index[&s.id]).collect();
-    let applied = apply::apply(&client, &ctx.kinds, &mut desired, &chosen).await?;
+    let prune_targets: Vec<ObjectId> = decision.prune.iter().map(|s| s.id.clone()).collect();
+    let ordered = !hooks.is_empty()
+        || waves.iter().any(|&w| w != 0)
+        || live.objects.values().any(|o| ordering::live_wave(o) != 0)
+        || previous
+            .and_then(|s| s.sync_run.as_ref())
+            .is_some_and(|r| r.revision == revision && !r.phase.is_finished());
+    let (applied, pruned, ordered) = if ordered {
+        let skipped_ids: std::collections::HashSet<ObjectId> =
+            decision.skipped.iter().map(|s| s.id.clone()).collect();
+        let result = ordered_sync::sync(ordered_sync::Input {
+            client: &client,
+            kinds: &ctx.kinds,
+            events,
+            revision: &revision,
+            previous: previous.and_then(|s| s.sync_run.as_ref()),
+            may_sync: request.manual || app.spec.sync_policy.automated.is_some(),
+            manual: request.manual,
+            wave_timeout: ordering::wave_timeout(app.spec.sync_policy.wave_timeout.as_deref())?,
+            desired: &mut desired,
+            waves: &waves,
+            hooks: &mut hooks,
+            hook_orderings: &hook_orderings,
+            chosen: &chosen,
+            skipped: &skipped_ids,
+            prune: &prune_targets,
+            live: &live.objects,
+            dry_runs: &live.dry_runs,
+        })
+        .await?;
+        let applied = result.applied;
+        let pruned = result.pruned;
+        (applied, pruned, Some((result.run, result.end, result.held)))
+    } else {
+        let applied =
+            apply::apply(&client, &ctx.kinds, &mut desired, &chosen, &live.dry_runs).await?;
+        let pruned = apply::prune(&client, &ctx.kinds, &prune_targets, &live.objects).await?;
+        (applied, pruned, None)
+    };
     if applied
         .iter()
         .any(|a| a.id.group == "apiextensions.k8s.io" && a.id.kind == "CustomResourceDefinition")
     {
         ctx.renderers.invalidate_capabilities().await;
     }
-    let prune_targets: Vec<ObjectId> = decision.prune.iter().map(|s| s.id.clone()).collect();
-    let pruned = apply::prune(&client, &ctx.kinds, &prune_targets, &live.objects).await?;
 
     // Health and per-object status, from what the API server returned.
     let applied_live: HashMap<&ObjectId, &Value> =
@@ -379,8 +572,14 @@ async fn sync(
                 message: Some("not in the cluster".into()),
             },
         };
-        let is_skipped = skipped.contains(&id);
-        let message = if is_skipped {
+        let held = ordered
+            .as_ref()
+            .and_then(|(_, _, held)| held.get(id))
+            .filter(|_| !applied_live.contains_key(id));
+        let is_skipped = skipped.contains(&id) || held.is_some();
+        let message = if let Some(held) = held {
+            Some(held.clone())
+        } else if is_skipped {
             Some(skipped_message(step, decision.prune_blocked.as_deref()))
         } else {
             assessment.message
@@ -419,15 +618,34 @@ async fn sync(
         .map(|s| format!("cannot list {} in {}: {}", s.kind, s.scope, s.message))
         .or(decision.prune_blocked.clone());
     let out_of_sync = decision.skipped.len() + skipped_kinds.len();
+    let (sync_run, ending) = match ordered {
+        None => (None, Ending::Done { out_of_sync, note }),
+        Some((run, end, _)) => {
+            let ending = match end {
+                ordered_sync::End::Done => Ending::Done { out_of_sync, note },
+                ordered_sync::End::Waiting { reason, message } => Ending::Waiting {
+                    reason: reason.into(),
+                    message,
+                },
+                ordered_sync::End::Failed { reason, message } => Ending::Stalled {
+                    reason: reason.into(),
+                    message,
+                },
+            };
+            (run, ending)
+        }
+    };
+    let waiting = matches!(ending, Ending::Waiting { .. });
     let report = Report {
         previous,
         generation: app.metadata.generation,
         revision: Some(revision.clone()),
         resources: Some(resources),
-        ending: Ending::Done { out_of_sync, note },
+        ending,
         operation,
         now: now(),
         inputs: Some(inputs),
+        sync_run,
     };
     let (new_status, status_written) = status_write::write_status(ctx, app, report).await?;
 
@@ -445,10 +663,11 @@ async fn sync(
         &new_status,
     )
     .await;
-    let requeue_after = matches!(
-        new_status.health.status,
-        Health::Progressing | Health::Unknown
-    )
+    let requeue_after = (waiting
+        || matches!(
+            new_status.health.status,
+            Health::Progressing | Health::Unknown
+        ))
     .then_some(Duration::from_secs(2));
     Ok(Outcome {
         revision: Some(revision),

@@ -131,7 +131,7 @@ mod tests {
     fn policy(prune: bool, self_heal: bool) -> SyncPolicy {
         SyncPolicy {
             automated: Some(Automated { prune, self_heal }),
-            allow_empty: false,
+            ..Default::default()
         }
     }
 

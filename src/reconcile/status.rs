@@ -4,7 +4,7 @@
 
 use crate::api::{
     ApplicationStatus, Condition, ConditionStatus, ConditionType, Health, HealthStatus,
-    OperationSummary, ResourceStatus, Sync, SyncStatus, set_condition,
+    OperationSummary, ResourceStatus, Sync, SyncRun, SyncStatus, set_condition,
 };
 use crate::reconcile::health::worst;
 use crate::source::render::inputs::Inputs;
@@ -28,6 +28,13 @@ pub enum Ending {
         message: String,
     },
     Suspended,
+    /// Not synced as far as it could be, on purpose: a sync wave or hook
+    /// holds it (Progressing), or a dependency is not ready (the last
+    /// comparison and its sync status stay as they are).
+    Waiting {
+        reason: String,
+        message: String,
+    },
 }
 
 #[derive(Clone)]
@@ -45,6 +52,8 @@ pub struct Report<'a> {
     /// The repository paths the render read; None when it did not get that
     /// far (keep the last ones).
     pub inputs: Option<Inputs>,
+    /// The ordered sync (waves and hooks) to record; None keeps the last.
+    pub sync_run: Option<SyncRun>,
 }
 
 pub fn build(report: Report<'_>) -> ApplicationStatus {
@@ -55,6 +64,7 @@ pub fn build(report: Report<'_>) -> ApplicationStatus {
         last_applied_revision: previous.last_applied_revision.clone(),
         operation: report.operation.clone().or(previous.operation.clone()),
         history: previous.history.clone(),
+        sync_run: report.sync_run.clone().or(previous.sync_run.clone()),
         source_inputs: report
             .inputs
             .as_ref()
@@ -118,6 +128,7 @@ pub fn build(report: Report<'_>) -> ApplicationStatus {
     };
 
     let sync = match (&report.ending, compared) {
+        (Ending::Waiting { .. }, false) => previous.sync.status,
         (_, false) => Sync::Unknown,
         (Ending::Done { out_of_sync: 0, .. }, true) => Sync::Synced,
         _ => Sync::OutOfSync,
@@ -184,6 +195,11 @@ pub fn build(report: Report<'_>) -> ApplicationStatus {
             cond(true, reason, message.clone()),
         ),
         Ending::Retrying { reason, message } => (
+            cond(false, reason, message.clone()),
+            cond(true, reason, message.clone()),
+            cond(false, reason, String::new()),
+        ),
+        Ending::Waiting { reason, message } => (
             cond(false, reason, message.clone()),
             cond(true, reason, message.clone()),
             cond(false, reason, String::new()),
@@ -266,6 +282,7 @@ mod tests {
             ending,
             operation: None,
             inputs: None,
+            sync_run: None,
             now: now.into(),
         })
     }
@@ -285,6 +302,7 @@ mod tests {
                 ending: done.clone(),
                 operation: None,
                 inputs,
+                sync_run: None,
                 now: "t".into(),
             })
         };
@@ -374,6 +392,7 @@ mod tests {
                 },
                 operation: Some(operation),
                 inputs: None,
+                sync_run: None,
                 now: format!("t{i}"),
             });
         }
@@ -394,6 +413,7 @@ mod tests {
             },
             operation: None,
             inputs: None,
+            sync_run: None,
             now: "t12".into(),
         });
         assert_eq!(unchanged.history, status.history);
@@ -420,6 +440,7 @@ mod tests {
             },
             operation: None,
             inputs: None,
+            sync_run: None,
             now: "t2".into(),
         });
         assert_eq!(stalled.sync.status, Sync::Unknown);
@@ -449,6 +470,7 @@ mod tests {
                 ending,
                 operation: None,
                 inputs: None,
+                sync_run: None,
                 now: "t1".into(),
             })
         };
@@ -497,6 +519,7 @@ mod tests {
             },
             operation: None,
             inputs: None,
+            sync_run: None,
             now: "t0".into(),
         });
         assert_eq!(empty.health.status, Health::Healthy);
@@ -525,6 +548,7 @@ mod tests {
             },
             operation: None,
             inputs: None,
+            sync_run: None,
             now: "t".into(),
         });
         assert_eq!(status.health.status, Health::Progressing);
@@ -538,5 +562,53 @@ mod tests {
             .find(|c| c.type_ == ConditionType::Reconciling)
             .unwrap();
         assert_eq!(reconciling.status, ConditionStatus::True);
+    }
+
+    #[test]
+    fn waiting_keeps_the_sync_status_and_says_why_in_ready() {
+        let done = report(
+            None,
+            Ending::Done {
+                out_of_sync: 0,
+                note: None,
+            },
+            "t1",
+        );
+        let waiting = build(Report {
+            previous: Some(&done),
+            generation: Some(2),
+            revision: done.sync.revision.clone(),
+            resources: None,
+            ending: Ending::Waiting {
+                reason: "DependencyNotReady".into(),
+                message: "waiting for dependencies: ns/a (Synced, Progressing)".into(),
+            },
+            operation: None,
+            inputs: None,
+            sync_run: None,
+            now: "t2".into(),
+        });
+        assert_eq!(waiting.sync, done.sync);
+        assert_eq!(waiting.resources, done.resources);
+        let ready = ready(&waiting);
+        assert_eq!(ready.status, ConditionStatus::False);
+        assert_eq!(ready.reason, "DependencyNotReady");
+        assert!(ready.message.contains("ns/a"));
+        // A first reconcile that waits has nothing compared yet: Unknown.
+        let first = build(Report {
+            previous: None,
+            generation: Some(1),
+            revision: None,
+            resources: None,
+            ending: Ending::Waiting {
+                reason: "DependencyNotReady".into(),
+                message: "m".into(),
+            },
+            operation: None,
+            inputs: None,
+            sync_run: None,
+            now: "t".into(),
+        });
+        assert_eq!(first.sync.status, Sync::Unknown);
     }
 }

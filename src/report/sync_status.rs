@@ -39,7 +39,12 @@ pub fn announces(app: &Application, sight: Sight<'_>) -> bool {
         return false;
     }
     let seen = status.and_then(|s| s.sync.revision.as_deref()) == Some(sight.revision);
-    sight.manual || sight.announced == Some(sight.revision) || !seen
+    // An ordered sync of it (waves, hooks) that is still running: its
+    // resumed reconciles carry on with the status its start posted.
+    let running = status
+        .and_then(|s| s.sync_run.as_ref())
+        .is_some_and(|run| run.revision == sight.revision && !run.phase.is_finished());
+    sight.manual || sight.announced == Some(sight.revision) || !seen || running
 }
 
 /// The status that ends a sync, from how it ended: `Ok` with its sync
@@ -47,6 +52,16 @@ pub fn announces(app: &Application, sight: Sight<'_>) -> bool {
 /// its reason and its message.
 pub fn ending(result: Result<Done, Failed<'_>>) -> (State, String) {
     match result {
+        Ok(Done {
+            held: Some(Held::Failed { reason }),
+            message,
+            ..
+        }) => (State::Failure, format!("{reason}: {message}")),
+        Ok(Done {
+            held: Some(Held::Waiting),
+            message,
+            ..
+        }) => (State::Pending, format!("Waiting: {message}")),
         Ok(done) => {
             let counts = format!("{} applied, {} pruned", done.applied, done.pruned);
             match done.sync {
@@ -74,8 +89,22 @@ pub struct Done<'a> {
     pub sync: Sync,
     pub applied: usize,
     pub pruned: usize,
-    /// What the Ready condition says, for a sync still OutOfSync.
+    /// What the Ready condition says, for a sync still OutOfSync, waiting
+    /// or failed.
     pub message: &'a str,
+    /// An ordered sync (waves, hooks) that did not finish: it waits for a
+    /// wave or a hook, or it failed (a hook failed, a wave timed out).
+    pub held: Option<Held<'a>>,
+}
+
+/// Why an ordered sync ended its reconcile before it finished.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Held<'a> {
+    /// Waits for a wave to be Healthy or a hook to complete; the next
+    /// reconcile resumes it (the status stays `pending`).
+    Waiting,
+    /// Stalled: the revision's sync failed, with this reason.
+    Failed { reason: &'a str },
 }
 
 /// A sync that failed.
@@ -198,6 +227,7 @@ mod tests {
             applied: 2,
             pruned: 1,
             message: "1 object differs (prune is off)",
+            held: None,
         };
         assert_eq!(
             ending(Ok(done(Sync::Synced))),
@@ -224,5 +254,48 @@ mod tests {
             )
         );
         assert_eq!(ending(Err(failed(true))).0, State::Error);
+    }
+
+    #[test]
+    fn an_ordered_sync_is_pending_while_it_waits_and_fails_with_its_hook() {
+        let held = |held| Done {
+            sync: Sync::OutOfSync,
+            applied: 1,
+            pruned: 0,
+            message: "wave 5 waits for Deployment web",
+            held: Some(held),
+        };
+        assert_eq!(
+            ending(Ok(held(Held::Waiting))),
+            (
+                State::Pending,
+                "Waiting: wave 5 waits for Deployment web".into()
+            )
+        );
+        assert_eq!(
+            ending(Ok(held(Held::Failed {
+                reason: "HookFailed"
+            }))),
+            (
+                State::Failure,
+                "HookFailed: wave 5 waits for Deployment web".into()
+            )
+        );
+    }
+
+    #[test]
+    fn a_running_ordered_sync_keeps_announcing_its_revision() {
+        use crate::api::{RunPhase, SyncRun};
+        let mut waiting = app(true, Some(OLD), Some(NEW));
+        assert!(!announces(&waiting, sight(None, false)));
+        let run = |phase| SyncRun {
+            revision: NEW.into(),
+            phase,
+            ..SyncRun::default()
+        };
+        waiting.status.as_mut().unwrap().sync_run = Some(run(RunPhase::Sync));
+        assert!(announces(&waiting, sight(None, false)));
+        waiting.status.as_mut().unwrap().sync_run = Some(run(RunPhase::Failed));
+        assert!(!announces(&waiting, sight(None, false)));
     }
 }

@@ -86,7 +86,11 @@ step "Application $ns/web created"
 
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 metrics_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+ui_port=${DEMO_UI_PORT:-$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')}
+# The dashboard, without login: it listens on 127.0.0.1 only (see README,
+# "Dashboard", for --ui-auth kubernetes and tokens).
 SETPOINT_LOG=info "$SETPOINT" run --listen "127.0.0.1:$port" --metrics-listen "127.0.0.1:$metrics_port" \
+  --ui-listen "127.0.0.1:$ui_port" --ui-auth none \
   --amqp-url "$amqp" --amqp-prefix "$prefix" \
   --github-secret "$secret" --cache-dir "$work/cache" --sweep-interval 10m \
   --admin-namespaces "$ns" --allow-local-repos >"$work/setpoint.log" 2>&1 &
@@ -94,6 +98,8 @@ setpoint_pid=$!
 trap 'kill $setpoint_pid 2>/dev/null || true' EXIT
 wait_until 60 "the webhook" curl -sf "http://127.0.0.1:$port/healthz"
 step "setpoint run started (pid $setpoint_pid, webhook on 127.0.0.1:$port, RabbitMQ queues $prefix.*)"
+wait_until 30 "the dashboard" curl -sf "http://127.0.0.1:$ui_port/healthz"
+step "dashboard: http://127.0.0.1:$ui_port/ (open it to follow the push, the sync and the drift live)"
 
 payload=$(printf '{"ref":"refs/heads/main","after":"%s","repository":{"clone_url":"file://%s","default_branch":"main"},"commits":[{"id":"%s","added":["apps/web/deployment.yaml"],"modified":[],"removed":[]}],"head_commit":{"id":"%s"}}' \
   "$commit" "$work/origin.git" "$commit" "$commit")
@@ -125,3 +131,10 @@ echo
 echo "[demo] From /metrics:"
 curl -sf "http://127.0.0.1:$metrics_port/metrics" |
   grep -E '^setpoint_(drift_corrections_total|webhook_requests_total\{provider="github",outcome="accepted"\}|app_sync_status.*status="Synced"|reconciles_total)' || true
+
+echo
+echo "[demo] Dashboard: http://127.0.0.1:$ui_port/applications/$ns/web"
+if [[ -n "${DEMO_KEEP:-}" ]]; then
+  echo "[demo] DEMO_KEEP is set: Setpoint keeps running; Ctrl-C stops it."
+  wait $setpoint_pid
+fi

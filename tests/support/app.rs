@@ -59,7 +59,7 @@ pub async fn context_with(tenancy: Tenancy, cache: &tempfile::TempDir) -> Contex
 pub fn automated(prune: bool, self_heal: bool) -> SyncPolicy {
     SyncPolicy {
         automated: Some(Automated { prune, self_heal }),
-        allow_empty: false,
+        ..Default::default()
     }
 }
 

@@ -6,6 +6,7 @@
 #![allow(dead_code, unused_imports)]
 
 pub mod app;
+pub mod charts;
 pub mod git;
 pub mod github;
 pub mod process;
@@ -174,4 +175,40 @@ where
         tokio::time::sleep(pause).await;
         pause = (pause * 2).min(Duration::from_millis(250));
     }
+}
+
+/// A ResourceQuota `no-pods` of 0 pods in `ns`, returned once the API
+/// server enforces it (a pod created just before its admission cache has
+/// it would slip through): a server-side dry run of a pod is refused.
+pub async fn no_pods_quota(ns: &TestNamespace) {
+    use k8s_openapi::api::core::v1::{Pod, ResourceQuota};
+    let quota: ResourceQuota = serde_json::from_value(serde_json::json!({
+        "metadata": { "name": "no-pods" },
+        "spec": { "hard": { "pods": "0" } }
+    }))
+    .unwrap();
+    ns.api::<ResourceQuota>()
+        .create(&PostParams::default(), &quota)
+        .await
+        .expect("create the quota");
+    let probe: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": { "name": "quota-probe" },
+        "spec": { "containers": [{ "name": "probe", "image": "probe:1" }] }
+    }))
+    .unwrap();
+    let dry_run = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    wait_for("the quota enforced", Duration::from_secs(60), || async {
+        match ns.api::<Pod>().create(&dry_run, &probe).await {
+            // Not any 403: a new namespace refuses pods until its default
+            // service account exists.
+            Err(kube::Error::Api(e)) if e.code == 403 && e.message.contains("exceeded quota") => {
+                Ok(())
+            }
+            other => Err(format!("a pod is still admitted: {:?}", other.map(|_| ()))),
+        }
+    })
+    .await;
 }

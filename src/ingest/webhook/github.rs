@@ -24,7 +24,7 @@ pub(super) async fn handle(
     state: web::Data<WebhookState>,
 ) -> Result<HttpResponse, WebhookError> {
     let result = receive(&request, payload, &state).await;
-    state.finish(Provider::GitHub, result)
+    state.finish(Provider::GitHub, &request, result)
 }
 
 async fn receive(
@@ -57,6 +57,7 @@ async fn receive(
     }
     let delivery = super::header(request, DELIVERY_HEADER).filter(|id| !id.is_empty());
     let push = parse_push(body)?;
+    super::recent::remember(request, delivery, &push);
     state.enqueue(Provider::GitHub, delivery, &push, body).await
 }
 

@@ -24,7 +24,7 @@ pub(super) async fn handle(
     state: web::Data<WebhookState>,
 ) -> Result<HttpResponse, WebhookError> {
     let result = receive(&request, payload, &state).await;
-    state.finish(Provider::GitLab, result)
+    state.finish(Provider::GitLab, &request, result)
 }
 
 async fn receive(
@@ -73,6 +73,7 @@ async fn receive(
         None => super::parse_json(body)?,
     };
     let push = push_from(value)?;
+    super::recent::remember(request, delivery, &push);
     state.enqueue(Provider::GitLab, delivery, &push, body).await
 }
 

@@ -21,6 +21,7 @@ mod body;
 pub mod dedupe;
 mod github;
 mod gitlab;
+pub mod recent;
 pub mod route;
 pub mod signature;
 pub mod untrusted;
@@ -278,6 +279,8 @@ struct Inner {
     seen: Arc<dyn Seen>,
     counters: [[AtomicU64; Outcome::ALL.len()]; Provider::ALL.len()],
     metrics: Option<crate::metrics::Metrics>,
+    /// The last deliveries, for the dashboard.
+    recent: Option<recent::RecentDeliveries>,
 }
 
 impl fmt::Debug for WebhookState {
@@ -300,6 +303,7 @@ impl WebhookState {
             seen,
             counters: Default::default(),
             metrics: None,
+            recent: None,
         }))
     }
 
@@ -317,6 +321,15 @@ impl WebhookState {
     pub fn with_metrics(mut self, metrics: crate::metrics::Metrics) -> Self {
         if let Some(inner) = Arc::get_mut(&mut self.0) {
             inner.metrics = Some(metrics);
+        }
+        self
+    }
+
+    /// Keeps the last deliveries in `recent` (the dashboard's Activity
+    /// page). Call before cloning the state.
+    pub fn with_recent(mut self, recent: recent::RecentDeliveries) -> Self {
+        if let Some(inner) = Arc::get_mut(&mut self.0) {
+            inner.recent = Some(recent);
         }
         self
     }
@@ -348,12 +361,25 @@ impl WebhookState {
     fn finish(
         &self,
         provider: Provider,
+        request: &actix_web::HttpRequest,
         result: Result<Reply, WebhookError>,
     ) -> Result<HttpResponse, WebhookError> {
         let outcome = match &result {
             Ok(reply) => reply.outcome(),
             Err(err) => err.outcome(),
         };
+        if let Some(recent) = &self.0.recent {
+            let routed = match &result {
+                Ok(Reply::Accepted(keys)) => keys.iter().map(AppKey::to_string).collect(),
+                _ => Vec::new(),
+            };
+            recent.record(recent::delivery(
+                request,
+                provider.as_str(),
+                outcome.as_str(),
+                routed,
+            ));
+        }
         self.0.counters[provider as usize][outcome as usize].fetch_add(1, Ordering::Relaxed);
         if let Some(metrics) = &self.0.metrics {
             metrics

@@ -106,6 +106,12 @@ impl Prepared {
         }
     }
 
+    /// What it reads, as far as routing knows: its path, then its recorded
+    /// inputs (a push may come before the render that records a new path).
+    fn reads(&self) -> impl Iterator<Item = &str> {
+        std::iter::once(self.path.as_str()).chain(self.app.inputs.iter().map(String::as_str))
+    }
+
     /// `comparable(repo_url, case_insensitive)`, without working it out.
     fn comparable(&self, case_insensitive: bool) -> &str {
         if case_insensitive || self.always_lower {
@@ -121,86 +127,250 @@ fn route_prepared<'a>(push: &Push, apps: impl IntoIterator<Item = &'a Prepared>)
         return Vec::new();
     }
     let repos = repository_keys(push);
-    let changed: Option<Vec<String>> = push.changed_files.as_ref().map(|files| {
+    let changed = changed_files(push);
+    let mut matched: BTreeMap<&AppKey, Option<String>> = BTreeMap::new();
+    for prepared in apps {
+        if let Some(input) = routed_by(prepared, push, &repos, changed.as_deref()) {
+            matched.entry(&prepared.app.key).or_insert(input);
+        }
+    }
+    matched
+        .into_iter()
+        .map(|(key, input)| routed(key, input))
+        .collect()
+}
+
+/// The push's changed files, normalized; `None` when it has no list.
+fn changed_files(push: &Push) -> Option<Vec<String>> {
+    push.changed_files.as_ref().map(|files| {
         files
             .iter()
             .map(|file| normalize_path(Some(file)))
             .collect()
-    });
-    let mut matched: BTreeMap<&AppKey, Option<String>> = BTreeMap::new();
-    for prepared in apps {
-        let app = &prepared.app;
-        if !revision_matches(
-            app.target_revision.as_deref(),
-            &push.git_ref,
-            push.default_branch.as_deref(),
-        ) || !repos.contains(prepared.comparable(push.case_insensitive))
-        {
-            continue;
-        }
-        let input = match &changed {
-            None => None,
-            Some(files) => {
-                let found = std::iter::once(prepared.path.as_str())
-                    .chain(app.inputs.iter().map(String::as_str))
-                    .find_map(|input| first_changed(input, files));
-                match found {
-                    Some(file) => Some(file.to_string()),
-                    None => continue,
-                }
-            }
-        };
-        matched.entry(&app.key).or_insert(input);
+    })
+}
+
+/// Whether `push` concerns `prepared` (its repository, its revision, and,
+/// when the push lists its files, one it reads): `Some` with the first
+/// changed file that routed it (`None` without a list), else `None`.
+fn routed_by(
+    prepared: &Prepared,
+    push: &Push,
+    repos: &BTreeSet<String>,
+    changed: Option<&[String]>,
+) -> Option<Option<String>> {
+    let app = &prepared.app;
+    if !revision_matches(
+        app.target_revision.as_deref(),
+        &push.git_ref,
+        push.default_branch.as_deref(),
+    ) || !repos.contains(prepared.comparable(push.case_insensitive))
+    {
+        return None;
     }
-    matched
-        .into_iter()
-        .map(|(key, input)| Routed {
-            key: key.clone(),
-            input: input.filter(|file| !file.is_empty()),
-        })
-        .collect()
+    match changed {
+        None => Some(None),
+        Some(files) => prepared
+            .reads()
+            .find_map(|input| first_changed(input, files))
+            .map(|file| Some(file.to_string())),
+    }
+}
+
+fn routed(key: &AppKey, input: Option<String>) -> Routed {
+    Routed {
+        key: key.clone(),
+        input: input.filter(|file| !file.is_empty()),
+    }
 }
 
 /// The Applications grouped by repository (its normalized URL, lowercased),
-/// so a push looks only at its own repository's: built once per change of
-/// the Applications, not per push.
+/// so a push looks only at its own repository's, and within one repository
+/// by what each reads, so a push with a file list looks only at the
+/// Applications reading one of its files (or the root). Kept current one
+/// Application at a time (`apply`, `remove`) as the Applications change:
+/// never rebuilt for a push.
 #[derive(Debug, Default)]
 pub struct RouteIndex {
-    by_repo: HashMap<String, Vec<Prepared>>,
+    by_repo: HashMap<String, Bucket>,
+    /// The bucket each Application is in, so a change finds its entries.
+    bucket_of: HashMap<AppKey, String>,
+}
+
+/// The Applications of one repository (every case of its URL).
+#[derive(Debug, Default)]
+struct Bucket {
+    /// By key, so a push's answer comes out sorted.
+    apps: BTreeMap<AppKey, Prepared>,
+    /// Every path or input other than the root (`Prepared::reads`), and the
+    /// Applications reading it.
+    readers: HashMap<String, BTreeSet<AppKey>>,
+    /// The Applications reading the root: every change is theirs.
+    root: BTreeSet<AppKey>,
+}
+
+impl Bucket {
+    fn insert(&mut self, prepared: Prepared) {
+        let key = &prepared.app.key;
+        for read in prepared.reads() {
+            if read.is_empty() {
+                self.root.insert(key.clone());
+            } else if let Some(readers) = self.readers.get_mut(read) {
+                readers.insert(key.clone());
+            } else {
+                self.readers
+                    .insert(read.to_string(), BTreeSet::from([key.clone()]));
+            }
+        }
+        self.apps.insert(key.clone(), prepared);
+    }
+
+    fn remove(&mut self, key: &AppKey) {
+        let Some(prepared) = self.apps.remove(key) else {
+            return;
+        };
+        for read in prepared.reads() {
+            if read.is_empty() {
+                self.root.remove(key);
+            } else if let Some(readers) = self.readers.get_mut(read) {
+                readers.remove(key);
+                if readers.is_empty() {
+                    self.readers.remove(read);
+                }
+            }
+        }
+    }
+
+    /// `route_prepared` over this repository's Applications, appended to
+    /// `out` in key order; with a file list, over only those reading one of
+    /// the files (a path covers a file when it is the file or one of its
+    /// directories, `covers`) or the root.
+    fn route(
+        &self,
+        push: &Push,
+        repos: &BTreeSet<String>,
+        changed: Option<&[String]>,
+        out: &mut Vec<Routed>,
+    ) {
+        let add = |prepared: &Prepared| {
+            if let Some(input) = routed_by(prepared, push, repos, changed) {
+                out.push(routed(&prepared.app.key, input));
+            }
+        };
+        let Some(files) = changed else {
+            self.apps.values().for_each(add);
+            return;
+        };
+        let readers = || {
+            files
+                .iter()
+                .flat_map(|file| covering(file))
+                .filter_map(|dir| self.readers.get(dir))
+        };
+        // A change most of the bucket reads (a values file every app
+        // uses): walking every Application once, in key order, costs less
+        // than merging and looking up the readers' sets (11 ms against
+        // 2.5 ms at 10,000 Applications); the answer is the same.
+        let reach = self.root.len() + readers().map(BTreeSet::len).sum::<usize>();
+        if reach >= SCAN_ABOVE && reach * 4 >= self.apps.len() {
+            self.apps.values().for_each(add);
+            return;
+        }
+        let mut candidates: BTreeSet<&AppKey> = self.root.iter().collect();
+        for readers in readers() {
+            candidates.extend(readers);
+        }
+        candidates
+            .into_iter()
+            .filter_map(|key| self.apps.get(key))
+            .for_each(add);
+    }
+}
+
+/// The reach (readers of a push's files, counted with repeats) from which a
+/// bucket that many of its Applications would answer is walked whole.
+const SCAN_ABOVE: usize = 64;
+
+/// Every path other than the root that covers `file` (normalized): its
+/// directories, and itself.
+fn covering(file: &str) -> impl Iterator<Item = &str> {
+    file.match_indices('/')
+        .map(|(at, _)| &file[..at])
+        .chain(std::iter::once(file))
+        .filter(|dir| !dir.is_empty())
 }
 
 impl RouteIndex {
+    /// The index of `apps`; of two with one key, the later.
     pub fn new(apps: impl IntoIterator<Item = AppSource>) -> Self {
-        let mut by_repo: HashMap<String, Vec<Prepared>> = HashMap::new();
+        let mut index = RouteIndex::default();
         for app in apps {
-            if app.repo_url.trim().is_empty() {
-                continue;
-            }
-            let prepared = Prepared::new(app);
-            by_repo
-                .entry(prepared.url.to_lowercase())
-                .or_default()
-                .push(prepared);
+            index.apply(app);
         }
-        RouteIndex { by_repo }
+        index
+    }
+
+    /// Adds `app`, or replaces the Application of its key (its repository,
+    /// path, revision or inputs changed): touches only its own entries.
+    pub fn apply(&mut self, app: AppSource) {
+        self.remove(&app.key);
+        if app.repo_url.trim().is_empty() {
+            return;
+        }
+        let prepared = Prepared::new(app);
+        let bucket = prepared.url.to_lowercase();
+        self.bucket_of
+            .insert(prepared.app.key.clone(), bucket.clone());
+        self.by_repo.entry(bucket).or_default().insert(prepared);
+    }
+
+    /// Forgets the Application of `key`, if there is one.
+    pub fn remove(&mut self, key: &AppKey) {
+        let Some(bucket) = self.bucket_of.remove(key) else {
+            return;
+        };
+        if let Some(apps) = self.by_repo.get_mut(&bucket) {
+            apps.remove(key);
+            if apps.apps.is_empty() {
+                self.by_repo.remove(&bucket);
+            }
+        }
+    }
+
+    /// How many Applications it holds.
+    pub fn len(&self) -> usize {
+        self.bucket_of.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.bucket_of.is_empty()
     }
 
     /// `route_why` over the Applications of the pushed repository only (a
     /// bucket holds every case of a URL; `route_why` compares exactly).
     pub fn route_why(&self, push: &Push) -> Vec<Routed> {
+        if push.deleted {
+            return Vec::new();
+        }
         let buckets: BTreeSet<String> = push
             .repo_urls
             .iter()
             .filter(|url| !url.trim().is_empty())
             .map(|url| normalize_url(url).to_lowercase())
             .collect();
-        route_prepared(
-            push,
-            buckets
-                .iter()
-                .filter_map(|bucket| self.by_repo.get(bucket))
-                .flatten(),
-        )
+        let repos = repository_keys(push);
+        let changed = changed_files(push);
+        let mut out = Vec::new();
+        let mut found = 0;
+        for bucket in buckets.iter().filter_map(|bucket| self.by_repo.get(bucket)) {
+            bucket.route(push, &repos, changed.as_deref(), &mut out);
+            found += 1;
+        }
+        // Each bucket's answer is sorted; an Application is in one bucket.
+        if found > 1 {
+            out.sort_unstable_by(|a, b| a.key.cmp(&b.key));
+        }
+        out
     }
 }
 
@@ -659,6 +829,221 @@ mod tests {
             let push = push("refs/heads/main", files.as_deref());
             assert_eq!(index.route_why(&push), route_why(&push, &apps), "{push:?}");
         }
+    }
+
+    #[test]
+    fn a_change_most_of_a_repository_reads_routes_as_the_plain_list_does() {
+        // 150 of 200 Applications read a shared values file: past
+        // SCAN_ABOVE, the bucket is walked whole instead of merged.
+        let apps: Vec<AppSource> = (0..200)
+            .map(|i| {
+                let path = format!("apps/app-{i}");
+                let plain = app(
+                    &format!("app-{i:03}"),
+                    "https://github.com/octo-org/deploy",
+                    None,
+                    Some(&path),
+                );
+                if i < 150 {
+                    with_inputs(plain, &["values/shared.yaml", &path])
+                } else {
+                    plain
+                }
+            })
+            .collect();
+        let index = RouteIndex::new(apps.iter().cloned());
+        for (files, routed) in [
+            (vec!["values/shared.yaml"], 150),
+            (vec!["values/shared.yaml", "apps/app-170/cm.yaml"], 151),
+            (vec!["apps/app-3/cm.yaml"], 1),
+            (vec!["README.md"], 0),
+        ] {
+            let push = push("refs/heads/main", Some(&files));
+            let why = index.route_why(&push);
+            assert_eq!(why, route_why(&push, &apps), "{files:?}");
+            assert_eq!(why.len(), routed, "{files:?}");
+        }
+    }
+
+    /// Every push of `pushes()` routes through `index` as through the plain
+    /// list `apps`, and the index holds nothing of an Application gone.
+    fn assert_indexes(index: &RouteIndex, apps: &[AppSource]) {
+        for push in pushes() {
+            assert_eq!(index.route_why(&push), route_why(&push, apps), "{push:?}");
+        }
+        let fresh = RouteIndex::new(apps.iter().cloned());
+        assert_eq!(index.len(), fresh.len());
+        let entries = |index: &RouteIndex| {
+            let mut entries: Vec<(String, Vec<String>, Vec<String>)> = index
+                .by_repo
+                .iter()
+                .map(|(repo, bucket)| {
+                    let mut readers: Vec<String> = bucket
+                        .readers
+                        .iter()
+                        .map(|(read, keys)| format!("{read} <- {keys:?}"))
+                        .collect();
+                    readers.sort();
+                    let root = bucket.root.iter().map(|key| key.name.clone()).collect();
+                    (repo.clone(), readers, root)
+                })
+                .collect();
+            entries.sort();
+            entries
+        };
+        assert_eq!(entries(index), entries(&fresh));
+    }
+
+    fn pushes() -> Vec<Push> {
+        let mut pushes: Vec<Push> = [
+            None,
+            Some(&[][..]),
+            Some(&["bases/web/deploy.yaml"][..]),
+            Some(&["bases/api/deploy.yaml", "README.md"][..]),
+            Some(&["apps/a/x.yaml"][..]),
+            Some(&["apps/b/y.yaml", "apps/c"][..]),
+            Some(&["values/common.yaml"][..]),
+            Some(&["docs/nothing.md"][..]),
+        ]
+        .into_iter()
+        .flat_map(|files| {
+            [
+                push("refs/heads/main", files),
+                push("refs/heads/staging", files),
+            ]
+        })
+        .collect();
+        let mut other = push("refs/heads/main", Some(&["apps/a/x.yaml"]));
+        other.repo_urls = vec!["https://gitlab.com/octo-org/other".into()];
+        pushes.push(other.clone());
+        other.changed_files = None;
+        pushes.push(other);
+        pushes
+    }
+
+    #[test]
+    fn the_index_follows_each_change_of_one_application() {
+        let url = "https://github.com/octo-org/deploy";
+        let mut apps = vec![
+            with_inputs(
+                app("a", url, None, Some("apps/a")),
+                &["bases/web", "apps/a", "values/common.yaml"],
+            ),
+            with_inputs(
+                app("b", url, None, Some("apps/b")),
+                &["bases/web", "apps/b"],
+            ),
+            app("root", url, Some("staging"), None),
+        ];
+        let mut index = RouteIndex::new(apps.iter().cloned());
+        assert_indexes(&index, &apps);
+        let base = push("refs/heads/main", Some(&["bases/web/deploy.yaml"]));
+        assert_eq!(names(route_keys(&index, &base)), ["a", "b"]);
+
+        // Added, never rendered: its path alone.
+        let c = app(
+            "c",
+            "git@github.com:Octo-Org/deploy.git",
+            None,
+            Some("apps/c"),
+        );
+        index.apply(c.clone());
+        apps.push(c);
+        assert_indexes(&index, &apps);
+
+        // Its inputs changed: it moved from one base to another.
+        let b = with_inputs(
+            app("b", url, None, Some("apps/b")),
+            &["bases/api", "apps/b"],
+        );
+        index.apply(b.clone());
+        apps[1] = b;
+        assert_indexes(&index, &apps);
+        assert_eq!(names(route_keys(&index, &base)), ["a"]);
+        let api = push("refs/heads/main", Some(&["bases/api/deploy.yaml"]));
+        assert_eq!(names(route_keys(&index, &api)), ["b"]);
+
+        // Its path changed (not rendered again yet: old inputs, new path).
+        let a = with_inputs(
+            app("a", url, None, Some("apps/a2")),
+            &["bases/web", "apps/a", "values/common.yaml"],
+        );
+        index.apply(a.clone());
+        apps[0] = a;
+        assert_indexes(&index, &apps);
+        let a2 = push("refs/heads/main", Some(&["apps/a2/x.yaml"]));
+        assert_eq!(names(route_keys(&index, &a2)), ["a"]);
+
+        // Its repository changed: pushes to the old one no longer reach it.
+        let moved = with_inputs(
+            app(
+                "a",
+                "https://gitlab.com/octo-org/other",
+                None,
+                Some("apps/a"),
+            ),
+            &["apps/a"],
+        );
+        index.apply(moved.clone());
+        apps[0] = moved;
+        assert_indexes(&index, &apps);
+        assert!(route_keys(&index, &base).is_empty());
+
+        // Its revision changed; its repository URL emptied.
+        let root = app("root", url, None, Some("."));
+        index.apply(root.clone());
+        apps[2] = root;
+        assert_indexes(&index, &apps);
+        let emptied = app("c", " ", None, Some("apps/c"));
+        index.apply(emptied.clone());
+        apps[3] = emptied;
+        assert_indexes(&index, &apps);
+
+        // Deleted, one by one, down to nothing left behind.
+        for key in apps.clone().iter().map(|app| app.key.clone()) {
+            index.remove(&key);
+            apps.retain(|app| app.key != key);
+            assert_indexes(&index, &apps);
+        }
+        assert!(index.is_empty());
+        assert!(index.by_repo.is_empty() && index.bucket_of.is_empty());
+        // Removing what is not there changes nothing.
+        index.remove(&AppKey::new("team", "a"));
+        assert!(index.is_empty());
+    }
+
+    #[test]
+    fn of_two_applications_with_one_key_the_index_keeps_the_later() {
+        let url = "https://github.com/octo-org/deploy";
+        let index = RouteIndex::new([
+            app("a", url, None, Some("apps/old")),
+            app("a", url, None, Some("apps/new")),
+        ]);
+        assert_eq!(index.len(), 1);
+        let old = push("refs/heads/main", Some(&["apps/old/x.yaml"]));
+        assert!(index.route_why(&old).is_empty());
+        let new = push("refs/heads/main", Some(&["apps/new/x.yaml"]));
+        assert_eq!(names(route_keys(&index, &new)), ["a"]);
+    }
+
+    #[test]
+    fn a_file_is_covered_by_its_directories_and_itself() {
+        assert_eq!(
+            covering("bases/web/deploy.yaml").collect::<Vec<_>>(),
+            ["bases", "bases/web", "bases/web/deploy.yaml"]
+        );
+        assert_eq!(covering("README.md").collect::<Vec<_>>(), ["README.md"]);
+        assert_eq!(covering("").count(), 0);
+        for (dir, file) in [("bases", "bases/web/x"), ("bases/web/x", "bases/web/x")] {
+            assert!(covers(dir, file) && covering(file).any(|d| d == dir));
+        }
+        for (dir, file) in [("bases/we", "bases/web/x"), ("bases/web/", "bases/web/x")] {
+            assert!(!covers(dir, file) && !covering(file).any(|d| d == dir));
+        }
+    }
+
+    fn route_keys(index: &RouteIndex, push: &Push) -> Vec<AppKey> {
+        index.route_why(push).into_iter().map(|r| r.key).collect()
     }
 
     fn routed_none(apps: &[AppSource]) -> Vec<(String, Option<String>)> {

@@ -459,6 +459,50 @@ impl Renderers {
         Ok(rendered)
     }
 
+    /// Runs helm on a chart unpacked at `chart` (from a chart repository,
+    /// confined as it was unpacked) and caches what it produced. Values
+    /// files are a Git chart's: a repository's chart takes inline values.
+    pub async fn render_chart(
+        &self,
+        job: &Job<'_>,
+        key: String,
+        chart: &Path,
+    ) -> Result<Arc<Rendered>, RenderError> {
+        let Method::Helm(helm) = job.method else {
+            return Err(RenderError::InvalidSource(
+                "a chart from a chart repository renders with helm only".into(),
+            ));
+        };
+        if !helm.value_files.is_empty() {
+            return Err(RenderError::InvalidSource(
+                "spec.source.helm.valueFiles: a chart from a chart repository takes values and valuesObject, not values files".into(),
+            ));
+        }
+        std::fs::create_dir_all(&self.scratch).map_err(RenderError::Scratch)?;
+        let dir = tempfile::Builder::new()
+            .prefix("render-chart-")
+            .tempdir_in(&self.scratch)
+            .map_err(RenderError::Scratch)?;
+        let home = dir.path().join("home");
+        std::fs::create_dir_all(&home).map_err(RenderError::Scratch)?;
+        self.runs.fetch_add(1, Ordering::Relaxed);
+        if let Some(counter) = &self.runs_counter {
+            counter
+                .get_or_create(&crate::metrics::RenderLabels {
+                    method: job.method.name().to_string(),
+                })
+                .inc();
+        }
+        let manifests = helm::render(&self.settings, job, helm, chart, &home).await?;
+        check_unique(&manifests)?;
+        let rendered = Arc::new(Rendered {
+            manifests,
+            inputs: inputs::Inputs::default(),
+        });
+        self.insert(key, Arc::clone(&rendered));
+        Ok(rendered)
+    }
+
     fn insert(&self, key: String, rendered: Arc<Rendered>) {
         let mut cache = self.cache.lock().expect("render cache lock");
         cache.clock += 1;

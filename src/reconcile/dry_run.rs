@@ -1,0 +1,113 @@
+//! Dry run: the input of the server-side diff. Each desired object that is
+//! live is sent as a server-side apply dry run (field manager `setpoint`,
+//! `dryRun=All`); the API server answers with the object as it would be
+//! after the apply, which `plan` compares with the live one.
+//!
+//! The answers are cached per object, keyed by the live `resourceVersion`
+//! and a hash of the applied body: as long as neither the cluster's copy nor
+//! Git's changed, the answer cannot either (short of a change of the kind's
+//! schema or of an admission webhook, which the next write of the object
+//! picks up). So a reconcile of an in-sync Application whose objects did not
+//! move sends no dry run at all.
+//!
+//! A dry run is a PATCH but writes nothing: the request counter counts it
+//! apart (`dry_runs`), never as a write.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use kube::Client;
+use kube::api::{Patch, PatchParams};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use crate::manifest::ObjectId;
+use crate::metrics::Metrics;
+use crate::reconcile::apply::{ApplyError, classify};
+use crate::reconcile::live::api_for;
+use crate::reconcile::plan::{FIELD_MANAGER, LiveState, find_live};
+use crate::reconcile::prepare::Desired;
+
+/// One answer per object: the one for its latest live version and body.
+#[derive(Default)]
+pub struct DryRunCache(Mutex<HashMap<ObjectId, Cached>>);
+
+struct Cached {
+    resource_version: String,
+    body_hash: [u8; 32],
+    result: Value,
+}
+
+impl DryRunCache {
+    fn get(&self, id: &ObjectId, resource_version: &str, body_hash: &[u8; 32]) -> Option<Value> {
+        let cache = self.0.lock().expect("dry-run cache lock");
+        cache
+            .get(id)
+            .filter(|c| c.resource_version == resource_version && &c.body_hash == body_hash)
+            .map(|c| c.result.clone())
+    }
+
+    fn put(&self, id: &ObjectId, resource_version: String, body_hash: [u8; 32], result: Value) {
+        let mut cache = self.0.lock().expect("dry-run cache lock");
+        cache.insert(
+            id.clone(),
+            Cached {
+                resource_version,
+                body_hash,
+                result,
+            },
+        );
+    }
+
+    /// Objects held (one answer each).
+    pub fn len(&self) -> usize {
+        self.0.lock().expect("dry-run cache lock").len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// The dry-run answers for every desired object that is live, from the
+/// cache or from the API server (as the Application's identity). A
+/// rejection stops the reconcile as the apply's dry run would: nothing has
+/// been written.
+pub async fn dry_run_live(
+    client: &Client,
+    cache: &DryRunCache,
+    metrics: &Metrics,
+    desired: &[Desired],
+    live: &LiveState,
+) -> Result<HashMap<ObjectId, Value>, ApplyError> {
+    let mut results = HashMap::new();
+    for d in desired {
+        let id = &d.manifest.id;
+        let (Some(kind), Some(live_object)) = (&d.kind, find_live(id, &live.objects)) else {
+            continue;
+        };
+        let resource_version = live_object
+            .pointer("/metadata/resourceVersion")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
+        let body_hash: [u8; 32] = Sha256::digest(d.manifest.body.to_string().as_bytes()).into();
+        if let Some(result) = cache.get(id, &resource_version, &body_hash) {
+            metrics.dry_run("cached");
+            results.insert(id.clone(), result);
+            continue;
+        }
+        let api = api_for(client, &kind.resource, id.namespace.as_deref());
+        let mut params = PatchParams::apply(FIELD_MANAGER).force();
+        params.dry_run = true;
+        let answer = api
+            .patch(&id.name, &params, &Patch::Apply(&d.manifest.body))
+            .await
+            .map_err(|source| classify(id, source))?;
+        metrics.dry_run("sent");
+        let result = serde_json::to_value(&answer).expect("serializes");
+        cache.put(id, resource_version, body_hash, result.clone());
+        results.insert(id.clone(), result);
+    }
+    Ok(results)
+}

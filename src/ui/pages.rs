@@ -1,0 +1,433 @@
+//! The dashboard's HTML, rendered on the server from the views (`view.rs`):
+//! every page works without JavaScript; `assets/live.js` only swaps in a
+//! fresh copy of `<main>` when the page's event stream says something
+//! changed.
+
+use std::fmt::Write as _;
+
+use super::view::{AppView, ListQuery, ListView, encode_component};
+use super::{Delivery, QueueState};
+
+/// Escapes text for HTML content and attribute values.
+pub fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            _ => out.push(c),
+        }
+    }
+    out
+}
+
+/// The frame every page shares; `live` is the page's event stream.
+fn layout(title: &str, viewer: Option<&str>, live: Option<&str>, main: &str) -> String {
+    let nav = match viewer {
+        Some(viewer) => format!(
+            r#"<nav><a href="/">Applications</a> <a href="/activity">Activity</a>
+<span class="viewer">{}</span>
+<form method="post" action="/logout" class="inline"><button type="submit">Log out</button></form></nav>"#,
+            escape(viewer)
+        ),
+        None => String::new(),
+    };
+    let live_attr = live
+        .map(|url| format!(r#" data-live="{}""#, escape(url)))
+        .unwrap_or_default();
+    format!(
+        r#"<!doctype html>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{title} · Setpoint</title>
+<link rel="stylesheet" href="/assets/style.css">
+<script src="/assets/live.js" defer></script>
+</head><body>
+<header><a class="brand" href="/">Setpoint</a>{nav}</header>
+<main id="main"{live_attr}>
+{main}
+</main>
+</body></html>
+"#,
+        title = escape(title),
+    )
+}
+
+fn badge(value: &str) -> String {
+    format!(
+        r#"<span class="badge {}">{}</span>"#,
+        escape(&value.to_ascii_lowercase()),
+        escape(value)
+    )
+}
+
+fn select(name: &str, current: Option<&str>, options: &[String]) -> String {
+    let mut html =
+        format!(r#"<select name="{name}" id="filter-{name}"><option value="">any</option>"#);
+    for option in options {
+        let selected = if current == Some(option.as_str()) {
+            " selected"
+        } else {
+            ""
+        };
+        let _ = write!(
+            html,
+            r#"<option value="{0}"{selected}>{0}</option>"#,
+            escape(option)
+        );
+    }
+    html.push_str("</select>");
+    html
+}
+
+/// The list of Applications.
+pub fn list(view: &ListView, query: &ListQuery, viewer: &str) -> String {
+    let mut main = String::new();
+    let _ = write!(
+        main,
+        r#"<h1>Applications</h1><section class="counts"><span class="count total">{} Applications</span>"#,
+        view.counts.total
+    );
+    for (sync, count) in &view.counts.sync {
+        let _ = write!(
+            main,
+            r#" <span class="count">{} {count}</span>"#,
+            badge(sync)
+        );
+    }
+    main.push_str(" ·");
+    for (health, count) in &view.counts.health {
+        let _ = write!(
+            main,
+            r#" <span class="count">{} {count}</span>"#,
+            badge(health)
+        );
+    }
+    main.push_str("</section>");
+    let syncs: Vec<String> = ["Synced", "OutOfSync", "Unknown"]
+        .map(String::from)
+        .to_vec();
+    let healths: Vec<String> = ["Healthy", "Progressing", "Unknown", "Missing", "Degraded"]
+        .map(String::from)
+        .to_vec();
+    let _ = write!(
+        main,
+        r#"<form method="get" action="/" class="filters">
+<label>Namespace {}</label> <label>Sync {}</label> <label>Health {}</label>
+<button type="submit">Filter</button></form>"#,
+        select("namespace", query.namespace.as_deref(), &view.namespaces),
+        select("sync", query.sync.as_deref(), &syncs),
+        select("health", query.health.as_deref(), &healths),
+    );
+    main.push_str(
+        r#"<table id="applications"><thead><tr><th>Namespace</th><th>Name</th><th>Sync</th><th>Health</th><th>Revision</th><th>Last sync</th><th>Message</th></tr></thead><tbody>"#,
+    );
+    for row in &view.items {
+        let revision = match (&row.revision, &row.revision_url) {
+            (Some(rev), Some(url)) => format!(
+                r#"<a href="{}"><code>{}</code></a>"#,
+                escape(url),
+                escape(rev)
+            ),
+            (Some(rev), None) => format!("<code>{}</code>", escape(rev)),
+            _ => String::new(),
+        };
+        let _ = write!(
+            main,
+            r#"<tr data-app="{ns}/{name}"><td>{ns}</td><td><a href="/applications/{ens}/{ename}">{name}</a></td><td class="sync">{sync}</td><td class="health">{health}</td><td>{revision}</td><td>{last}</td><td class="message">{message}</td></tr>"#,
+            ns = escape(&row.namespace),
+            name = escape(&row.name),
+            ens = encode_component(&row.namespace),
+            ename = encode_component(&row.name),
+            sync = badge(&row.sync),
+            health = badge(&row.health),
+            last = escape(row.last_sync.as_deref().unwrap_or("")),
+            message = escape(&row.message),
+        );
+    }
+    if view.items.is_empty() {
+        main.push_str(r#"<tr><td colspan="7" class="empty">No Application to show.</td></tr>"#);
+    }
+    main.push_str("</tbody></table>");
+    let _ = write!(
+        main,
+        r#"<nav class="pages">{} of {} matching · page {} of {}"#,
+        view.items.len(),
+        view.matching,
+        view.page,
+        view.pages
+    );
+    if view.page > 1 {
+        let _ = write!(
+            main,
+            r#" <a rel="prev" href="/?{}">← previous</a>"#,
+            escape(&query.on_page(view.page - 1))
+        );
+    }
+    if view.page < view.pages {
+        let _ = write!(
+            main,
+            r#" <a rel="next" href="/?{}">next →</a>"#,
+            escape(&query.on_page(view.page + 1))
+        );
+    }
+    main.push_str("</nav>");
+    layout("Applications", Some(viewer), Some("/api/v1/live"), &main)
+}
+
+/// One Application.
+pub fn app(view: &AppView, viewer: &str, csrf: &str, notice: Option<&str>) -> String {
+    let mut main = String::new();
+    let (ns, name) = (escape(&view.namespace), escape(&view.name));
+    let base = format!(
+        "/applications/{}/{}",
+        encode_component(&view.namespace),
+        encode_component(&view.name)
+    );
+    let _ = write!(
+        main,
+        r#"<h1><span class="muted">{ns}/</span>{name} <span id="app-sync">{}</span> <span id="app-health">{}</span></h1>"#,
+        badge(&view.sync),
+        badge(&view.health)
+    );
+    if let Some(notice) = notice {
+        let _ = write!(
+            main,
+            r#"<p class="notice" role="status">{}</p>"#,
+            escape(notice)
+        );
+    }
+    if view.can_patch {
+        let _ = write!(
+            main,
+            r#"<div class="actions"><form method="post" action="{base}/sync" class="inline"><input type="hidden" name="csrf" value="{csrf}"><button type="submit" id="sync">Sync</button></form>
+<form method="post" action="{base}/refresh" class="inline"><input type="hidden" name="csrf" value="{csrf}"><button type="submit" id="refresh">Refresh</button></form></div>"#,
+            csrf = escape(csrf)
+        );
+    }
+    let revision = match (&view.revision, &view.revision_url) {
+        (Some(rev), Some(url)) => format!(
+            r#"<a href="{}"><code>{}</code></a>"#,
+            escape(url),
+            escape(rev)
+        ),
+        (Some(rev), None) => format!("<code>{}</code>", escape(rev)),
+        _ => "—".into(),
+    };
+    let policy = if view.automated {
+        format!(
+            "automated (prune: {}, selfHeal: {})",
+            view.prune, view.self_heal
+        )
+    } else {
+        "manual".to_string()
+    };
+    let _ = write!(
+        main,
+        r#"<section><h2>Source and policy</h2><dl>
+<dt>Repository</dt><dd><code>{}</code></dd>
+<dt>Target revision</dt><dd>{}</dd>
+<dt>Path</dt><dd><code>{}</code></dd>
+<dt>Revision</dt><dd>{revision}</dd>
+<dt>Sync policy</dt><dd>{}{}{}</dd>
+<dt>Health</dt><dd>{}</dd>
+</dl></section>"#,
+        escape(&view.repo_url),
+        escape(
+            view.target_revision
+                .as_deref()
+                .unwrap_or("(default branch)")
+        ),
+        escape(view.path.as_deref().unwrap_or("/")),
+        escape(&policy),
+        if view.allow_empty { ", allowEmpty" } else { "" },
+        if view.suspend { ", suspended" } else { "" },
+        escape(view.health_message.as_deref().unwrap_or("")),
+    );
+    main.push_str(r#"<section><h2>Conditions</h2><table id="conditions"><thead><tr><th>Type</th><th>Status</th><th>Reason</th><th>Message</th><th>Since</th></tr></thead><tbody>"#);
+    for condition in &view.conditions {
+        let _ = write!(
+            main,
+            "<tr><td>{:?}</td><td>{:?}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            condition.type_,
+            condition.status,
+            escape(&condition.reason),
+            escape(&condition.message),
+            escape(&condition.last_transition_time)
+        );
+    }
+    main.push_str("</tbody></table></section>");
+    main.push_str(r#"<section><h2>Objects</h2><ul class="tree" id="objects">"#);
+    for group in &view.objects {
+        let _ = write!(
+            main,
+            r#"<li><strong>{}</strong> ({})<ul>"#,
+            escape(&group.kind),
+            group.objects.len()
+        );
+        for object in &group.objects {
+            let place = match &object.namespace {
+                Some(ns) => format!("{ns}/{}", object.name),
+                None => object.name.clone(),
+            };
+            let _ = write!(
+                main,
+                r#"<li>{} {} {} <span class="message">{}</span></li>"#,
+                escape(&place),
+                badge(&format!("{:?}", object.sync)),
+                badge(&format!("{:?}", object.health)),
+                escape(object.message.as_deref().unwrap_or(""))
+            );
+        }
+        main.push_str("</ul></li>");
+    }
+    main.push_str("</ul></section>");
+    main.push_str(r#"<section><h2>Drift history</h2><table id="drift"><thead><tr><th>When</th><th>Object</th><th>Field</th><th>Drifted value → set back to</th><th>Changed by</th></tr></thead><tbody>"#);
+    for record in &view.drift {
+        if record.fields.is_empty() {
+            let _ = write!(
+                main,
+                r#"<tr><td>{}</td><td>{}</td><td colspan="3">{}</td></tr>"#,
+                escape(&record.time),
+                escape(&record.object),
+                escape(&record.note)
+            );
+        }
+        for field in &record.fields {
+            let _ = write!(
+                main,
+                r#"<tr class="drift"><td>{}</td><td>{}</td><td><code>{}</code></td><td><code>{}</code> → <code>{}</code></td><td class="manager">{}</td></tr>"#,
+                escape(&record.time),
+                escape(&record.object),
+                escape(&field.field),
+                escape(&field.old),
+                escape(&field.new),
+                escape(&field.changed_by)
+            );
+        }
+    }
+    if view.drift.is_empty() {
+        main.push_str(r#"<tr><td colspan="5" class="empty">No drift corrected since this process started.</td></tr>"#);
+    }
+    main.push_str("</tbody></table></section>");
+    main.push_str(r#"<section><h2>Last operations</h2><table id="operations"><thead><tr><th>Finished</th><th>Revision</th><th>Applied</th><th>Pruned</th><th>Unchanged</th><th>Duration</th></tr></thead><tbody>"#);
+    for op in &view.operations {
+        let _ = write!(
+            main,
+            "<tr><td>{}</td><td><code>{}</code></td><td>{}</td><td>{}</td><td>{}</td><td>{} ms</td></tr>",
+            escape(&op.finished_at),
+            escape(&op.revision.chars().take(7).collect::<String>()),
+            op.applied,
+            op.pruned,
+            op.unchanged,
+            op.duration_ms
+        );
+    }
+    main.push_str("</tbody></table></section>");
+    main.push_str(r#"<section><h2>Events</h2><table id="events"><thead><tr><th>When</th><th>Type</th><th>Reason</th><th>Note</th></tr></thead><tbody>"#);
+    for event in &view.events {
+        let _ = write!(
+            main,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            escape(&event.time),
+            escape(&event.type_),
+            escape(&event.reason),
+            escape(&event.note)
+        );
+    }
+    main.push_str("</tbody></table></section>");
+    let live = format!(
+        "/api/v1/live?namespace={}&name={}",
+        encode_component(&view.namespace),
+        encode_component(&view.name)
+    );
+    layout(
+        &format!("{}/{}", view.namespace, view.name),
+        Some(viewer),
+        Some(&live),
+        &main,
+    )
+}
+
+/// The last webhook deliveries and the queue.
+pub fn activity(deliveries: &[Delivery], queue: &QueueState, viewer: &str) -> String {
+    let mut main = String::from("<h1>Activity</h1>");
+    let _ = write!(
+        main,
+        r#"<section><h2>Queue</h2><dl><dt>Kind</dt><dd>{}</dd><dt>Reconciles at once in this process</dt><dd>{}</dd></dl></section>"#,
+        escape(&queue.kind),
+        queue.concurrency,
+    );
+    main.push_str(r#"<section><h2>Webhook deliveries</h2><table id="deliveries"><thead><tr><th>Received</th><th>Provider</th><th>Repository</th><th>Commit</th><th>Delivery</th><th>Outcome</th><th>Applications</th></tr></thead><tbody>"#);
+    for delivery in deliveries {
+        let _ = write!(
+            main,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td><code>{}</code></td><td><code>{}</code></td><td>{}</td><td>{}</td></tr>",
+            escape(&delivery.received_at),
+            escape(&delivery.provider),
+            escape(&delivery.repository),
+            escape(&delivery.commit.chars().take(7).collect::<String>()),
+            escape(&delivery.delivery),
+            escape(&delivery.outcome),
+            escape(&delivery.applications.join(", "))
+        );
+    }
+    if deliveries.is_empty() {
+        main.push_str(r#"<tr><td colspan="7" class="empty">No delivery since this process started (or this process runs no webhook).</td></tr>"#);
+    }
+    main.push_str("</tbody></table></section>");
+    layout(
+        "Activity",
+        Some(viewer),
+        Some("/api/v1/live?activity=1"),
+        &main,
+    )
+}
+
+/// The login form; `error` says why the last token was refused.
+pub fn login(error: Option<&str>) -> String {
+    let error = error
+        .map(|e| format!(r#"<p class="error" role="alert">{}</p>"#, escape(e)))
+        .unwrap_or_default();
+    let main = format!(
+        r#"<h1>Log in</h1>{error}
+<p>Paste a Kubernetes bearer token, e.g. from <code>kubectl create token NAME -n NAMESPACE</code>.</p>
+<form method="post" action="/login"><label for="token">Token</label>
+<input type="password" id="token" name="token" autocomplete="off" required>
+<button type="submit" id="login">Log in</button></form>"#
+    );
+    layout("Log in", None, None, &main)
+}
+
+/// A short page for an error (401 links to the login form).
+pub fn error(status: u16, message: &str) -> String {
+    let main = format!(
+        r#"<h1>{status}</h1><p class="error">{}</p>{}"#,
+        escape(message),
+        if status == 401 {
+            r#"<p><a href="/login">Log in</a></p>"#
+        } else {
+            ""
+        }
+    );
+    layout("Error", None, None, &main)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_from_the_cluster_is_escaped() {
+        assert_eq!(
+            escape(r#"<script>alert("x")</script> & 'y'"#),
+            "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt; &amp; &#39;y&#39;"
+        );
+        let page = error(403, "<b>no</b>");
+        assert!(page.contains("&lt;b&gt;no&lt;/b&gt;"));
+        assert!(!page.contains("<b>no</b>"));
+    }
+}

@@ -1,0 +1,579 @@
+//! What the pages and the JSON API show, decided from the in-memory index
+//! without I/O: the filtered, counted, paged list and one Application's
+//! view. Pure, so its cases are unit tests.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::api::{Application, Condition, Health, OperationSummary, ResourceStatus, Sync};
+use crate::source::repo_url::{display_url, normalize_url};
+
+/// The default and the largest page.
+pub const PAGE_SIZE: usize = 50;
+pub const MAX_PAGE_SIZE: usize = 500;
+
+/// The list's filters and page, as the query string carries them.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+pub struct ListQuery {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sync: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health: Option<String>,
+    /// 1-based.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub page: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub per_page: Option<usize>,
+}
+
+impl ListQuery {
+    fn page(&self) -> usize {
+        self.page.unwrap_or(1).max(1)
+    }
+
+    fn per_page(&self) -> usize {
+        self.per_page.unwrap_or(PAGE_SIZE).clamp(1, MAX_PAGE_SIZE)
+    }
+
+    /// An empty value means no filter (the form's "any").
+    fn wanted(value: &Option<String>) -> Option<&str> {
+        value.as_deref().map(str::trim).filter(|v| !v.is_empty())
+    }
+
+    /// The query string of this query on another page.
+    pub fn on_page(&self, page: usize) -> String {
+        let mut parts = Vec::new();
+        for (key, value) in [
+            ("namespace", &self.namespace),
+            ("sync", &self.sync),
+            ("health", &self.health),
+        ] {
+            if let Some(value) = Self::wanted(value) {
+                parts.push(format!("{key}={}", encode_component(value)));
+            }
+        }
+        if let Some(per_page) = self.per_page {
+            parts.push(format!("per_page={per_page}"));
+        }
+        parts.push(format!("page={page}"));
+        parts.join("&")
+    }
+}
+
+/// How many Applications the viewer may read, by sync and by health, before
+/// the sync and health filters (the namespace filter applies).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Counts {
+    pub total: usize,
+    pub sync: BTreeMap<String, usize>,
+    pub health: BTreeMap<String, usize>,
+}
+
+/// One row of the list.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Row {
+    pub namespace: String,
+    pub name: String,
+    pub sync: String,
+    pub health: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub revision: Option<String>,
+    /// The commit on GitHub or GitLab, when the repository is there.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub revision_url: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_sync: Option<String>,
+    pub message: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ListView {
+    pub counts: Counts,
+    /// Rows matching every filter, on all pages.
+    pub matching: usize,
+    pub page: usize,
+    pub per_page: usize,
+    pub pages: usize,
+    /// The namespaces the viewer may read (for the filter).
+    pub namespaces: Vec<String>,
+    pub items: Vec<Row>,
+}
+
+fn sync_name(sync: Sync) -> &'static str {
+    match sync {
+        Sync::Synced => "Synced",
+        Sync::OutOfSync => "OutOfSync",
+        Sync::Unknown => "Unknown",
+    }
+}
+
+fn health_name(health: Health) -> &'static str {
+    match health {
+        Health::Healthy => "Healthy",
+        Health::Progressing => "Progressing",
+        Health::Unknown => "Unknown",
+        Health::Missing => "Missing",
+        Health::Degraded => "Degraded",
+    }
+}
+
+fn namespace_of(app: &Application) -> &str {
+    app.metadata.namespace.as_deref().unwrap_or_default()
+}
+
+fn name_of(app: &Application) -> &str {
+    app.metadata.name.as_deref().unwrap_or_default()
+}
+
+fn sync_of(app: &Application) -> &'static str {
+    sync_name(
+        app.status
+            .as_ref()
+            .map(|s| s.sync.status)
+            .unwrap_or_default(),
+    )
+}
+
+fn health_of(app: &Application) -> &'static str {
+    health_name(
+        app.status
+            .as_ref()
+            .map(|s| s.health.status)
+            .unwrap_or_default(),
+    )
+}
+
+/// The commit page of `revision` when the repository is on GitHub or
+/// GitLab (by host name), else none.
+pub fn commit_url(repo_url: &str, revision: &str) -> Option<String> {
+    if revision.len() < 7 || !revision.chars().all(|c| c.is_ascii_hexdigit()) {
+        return None;
+    }
+    let key = normalize_url(repo_url);
+    let host = key.split('/').next()?;
+    if key.starts_with("file://") || !key.contains('/') {
+        return None;
+    }
+    if host.contains("github") {
+        Some(format!("https://{key}/commit/{revision}"))
+    } else if host.contains("gitlab") {
+        Some(format!("https://{key}/-/commit/{revision}"))
+    } else {
+        None
+    }
+}
+
+fn short(revision: &str) -> String {
+    revision.chars().take(7).collect()
+}
+
+/// The line a person reads first: a failing condition's message, else the
+/// health message.
+fn message_of(app: &Application) -> String {
+    let Some(status) = &app.status else {
+        return String::new();
+    };
+    status
+        .conditions
+        .iter()
+        .find(|c| {
+            matches!(c.type_, crate::api::ConditionType::Stalled)
+                && matches!(c.status, crate::api::ConditionStatus::True)
+        })
+        .map(|c| c.message.clone())
+        .or_else(|| status.health.message.clone())
+        .unwrap_or_default()
+}
+
+fn row(app: &Application) -> Row {
+    let status = app.status.as_ref();
+    let revision = status.and_then(|s| s.sync.revision.clone());
+    Row {
+        namespace: namespace_of(app).to_string(),
+        name: name_of(app).to_string(),
+        sync: sync_of(app).to_string(),
+        health: health_of(app).to_string(),
+        revision_url: revision
+            .as_deref()
+            .and_then(|r| commit_url(&app.spec.source.repo_url, r)),
+        revision: revision.as_deref().map(short),
+        last_sync: status
+            .and_then(|s| s.operation.as_ref())
+            .map(|o| o.finished_at.clone()),
+        message: message_of(app),
+    }
+}
+
+/// The list the viewer sees: only Applications of namespaces `readable`
+/// allows, counted, filtered, sorted by namespace and name, one page.
+pub fn list(
+    apps: &[Arc<Application>],
+    readable: &dyn Fn(&str) -> bool,
+    query: &ListQuery,
+) -> ListView {
+    let namespace = ListQuery::wanted(&query.namespace);
+    let sync = ListQuery::wanted(&query.sync);
+    let health = ListQuery::wanted(&query.health);
+    let mut namespaces: BTreeSet<&str> = BTreeSet::new();
+    let mut total = 0;
+    let mut syncs: BTreeMap<&'static str, usize> = BTreeMap::new();
+    let mut healths: BTreeMap<&'static str, usize> = BTreeMap::new();
+    let mut matching: Vec<&Application> = Vec::new();
+    for app in apps {
+        let ns = namespace_of(app);
+        if !namespaces.contains(ns) {
+            if !readable(ns) {
+                continue;
+            }
+            namespaces.insert(ns);
+        }
+        if namespace.is_some_and(|wanted| wanted != ns) {
+            continue;
+        }
+        let (app_sync, app_health) = (sync_of(app), health_of(app));
+        total += 1;
+        *syncs.entry(app_sync).or_default() += 1;
+        *healths.entry(app_health).or_default() += 1;
+        if sync.is_some_and(|wanted| !wanted.eq_ignore_ascii_case(app_sync))
+            || health.is_some_and(|wanted| !wanted.eq_ignore_ascii_case(app_health))
+        {
+            continue;
+        }
+        matching.push(app);
+    }
+    let counts = Counts {
+        total,
+        sync: syncs.into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
+        health: healths
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect(),
+    };
+    let namespaces: Vec<String> = namespaces.into_iter().map(str::to_string).collect();
+    matching
+        .sort_unstable_by(|a, b| (namespace_of(a), name_of(a)).cmp(&(namespace_of(b), name_of(b))));
+    let per_page = query.per_page();
+    let pages = matching.len().div_ceil(per_page).max(1);
+    let page = query.page().min(pages);
+    let items = matching
+        .iter()
+        .skip((page - 1) * per_page)
+        .take(per_page)
+        .map(|app| row(app))
+        .collect();
+    ListView {
+        counts,
+        matching: matching.len(),
+        page,
+        per_page,
+        pages,
+        namespaces,
+        items,
+    }
+}
+
+/// One drift correction, from a `DriftCorrected` Event.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DriftRecord {
+    pub time: String,
+    /// `apps/Deployment ns/web`.
+    pub object: String,
+    pub fields: Vec<FieldChange>,
+    /// The note as written, when it names no field (a recreated object).
+    pub note: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FieldChange {
+    pub field: String,
+    pub old: String,
+    pub new: String,
+    pub changed_by: String,
+}
+
+/// Parses a `DriftCorrected` note: `apps/Deployment ns/web: spec.replicas
+/// 1→5 (changed by kubectl), metadata.labels.a x→y (changed by unknown)`.
+pub fn parse_drift(time: &str, note: &str) -> DriftRecord {
+    let (object, rest) = note.split_once(": ").unwrap_or((note, ""));
+    let mut fields = Vec::new();
+    // Each field ends with `)`; a value may hold `, ` itself.
+    for part in rest.split("), ") {
+        let part = part.strip_suffix(')').unwrap_or(part);
+        let Some((change, by)) = part.rsplit_once(" (changed by ") else {
+            continue;
+        };
+        let Some((field, values)) = change.split_once(' ') else {
+            continue;
+        };
+        let Some((old, new)) = values.split_once('→') else {
+            continue;
+        };
+        fields.push(FieldChange {
+            field: field.to_string(),
+            old: old.to_string(),
+            new: new.to_string(),
+            changed_by: by.to_string(),
+        });
+    }
+    DriftRecord {
+        time: time.to_string(),
+        object: object.to_string(),
+        fields,
+        note: rest.to_string(),
+    }
+}
+
+/// Any Event about an Application, newest first in the view.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EventRecord {
+    pub time: String,
+    pub type_: String,
+    pub reason: String,
+    pub note: String,
+}
+
+/// The objects of one kind.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct KindGroup {
+    pub kind: String,
+    pub objects: Vec<ResourceStatus>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AppView {
+    pub namespace: String,
+    pub name: String,
+    pub sync: String,
+    pub health: String,
+    pub health_message: Option<String>,
+    /// Without user info holding a secret.
+    pub repo_url: String,
+    pub target_revision: Option<String>,
+    pub path: Option<String>,
+    pub revision: Option<String>,
+    pub revision_url: Option<String>,
+    pub automated: bool,
+    pub prune: bool,
+    pub self_heal: bool,
+    pub allow_empty: bool,
+    pub suspend: bool,
+    pub conditions: Vec<Condition>,
+    pub objects: Vec<KindGroup>,
+    pub drift: Vec<DriftRecord>,
+    pub operations: Vec<OperationSummary>,
+    pub events: Vec<EventRecord>,
+    /// Whether the viewer may sync and refresh it.
+    pub can_patch: bool,
+}
+
+/// One Application's page, from the index and the Events held in memory.
+pub fn app(
+    app: &Application,
+    drift: Vec<DriftRecord>,
+    events: Vec<EventRecord>,
+    can_patch: bool,
+) -> AppView {
+    let status = app.status.clone().unwrap_or_default();
+    let mut groups: BTreeMap<String, Vec<ResourceStatus>> = BTreeMap::new();
+    for resource in &status.resources {
+        let kind = if resource.group.is_empty() {
+            resource.kind.clone()
+        } else {
+            format!("{}/{}", resource.group, resource.kind)
+        };
+        groups.entry(kind).or_default().push(resource.clone());
+    }
+    let automated = app.spec.sync_policy.automated.as_ref();
+    let revision = status.sync.revision.clone();
+    AppView {
+        namespace: namespace_of(app).to_string(),
+        name: name_of(app).to_string(),
+        sync: sync_of(app).to_string(),
+        health: health_of(app).to_string(),
+        health_message: status.health.message.clone(),
+        repo_url: display_url(&app.spec.source.repo_url),
+        target_revision: app.spec.source.target_revision.clone(),
+        path: app.spec.source.path.clone(),
+        revision_url: revision
+            .as_deref()
+            .and_then(|r| commit_url(&app.spec.source.repo_url, r)),
+        revision,
+        automated: automated.is_some(),
+        prune: automated.is_some_and(|a| a.prune),
+        self_heal: automated.is_some_and(|a| a.self_heal),
+        allow_empty: app.spec.sync_policy.allow_empty,
+        suspend: app.spec.suspend,
+        conditions: status.conditions.clone(),
+        objects: groups
+            .into_iter()
+            .map(|(kind, objects)| KindGroup { kind, objects })
+            .collect(),
+        drift,
+        operations: status.history.iter().take(10).cloned().collect(),
+        events,
+        can_patch,
+    }
+}
+
+/// Percent-encodes a query value.
+pub fn encode_component(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for byte in value.bytes() {
+        match byte {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                out.push(byte as char)
+            }
+            _ => out.push_str(&format!("%{byte:02X}")),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{ApplicationSpec, ApplicationStatus, HealthStatus, SyncStatus};
+
+    fn app(ns: &str, name: &str, sync: Sync, health: Health) -> Arc<Application> {
+        let mut app = Application::new(name, ApplicationSpec::default());
+        app.metadata.namespace = Some(ns.into());
+        app.spec.source.repo_url = "https://github.com/org/repo.git".into();
+        app.status = Some(ApplicationStatus {
+            sync: SyncStatus {
+                status: sync,
+                revision: Some("0123456789abcdef0123456789abcdef01234567".into()),
+            },
+            health: HealthStatus {
+                status: health,
+                message: None,
+            },
+            ..Default::default()
+        });
+        Arc::new(app)
+    }
+
+    fn fleet() -> Vec<Arc<Application>> {
+        vec![
+            app("b", "two", Sync::OutOfSync, Health::Degraded),
+            app("a", "one", Sync::Synced, Health::Healthy),
+            app("a", "three", Sync::Synced, Health::Progressing),
+            app("secret", "hidden", Sync::Synced, Health::Healthy),
+        ]
+    }
+
+    #[test]
+    fn only_readable_namespaces_are_listed_and_counted() {
+        let view = list(&fleet(), &|ns| ns != "secret", &ListQuery::default());
+        assert_eq!(view.counts.total, 3);
+        assert_eq!(view.namespaces, vec!["a", "b"]);
+        assert!(view.items.iter().all(|r| r.namespace != "secret"));
+        assert_eq!(view.counts.sync["Synced"], 2);
+        assert_eq!(view.counts.sync["OutOfSync"], 1);
+        let names: Vec<_> = view.items.iter().map(|r| r.name.as_str()).collect();
+        assert_eq!(
+            names,
+            vec!["one", "three", "two"],
+            "sorted by namespace, name"
+        );
+    }
+
+    #[test]
+    fn filters_by_namespace_sync_and_health_keep_the_counts_of_the_namespace() {
+        let query = ListQuery {
+            namespace: Some("a".into()),
+            health: Some("progressing".into()),
+            ..Default::default()
+        };
+        let view = list(&fleet(), &|_| true, &query);
+        assert_eq!(view.matching, 1);
+        assert_eq!(view.items[0].name, "three");
+        assert_eq!(view.counts.total, 2, "counts before the sync/health filter");
+        let query = ListQuery {
+            sync: Some("OutOfSync".into()),
+            ..Default::default()
+        };
+        let view = list(&fleet(), &|_| true, &query);
+        assert_eq!(view.items.len(), 1);
+        assert_eq!(view.items[0].name, "two");
+    }
+
+    #[test]
+    fn pages_are_cut_and_the_last_page_is_clamped() {
+        let apps: Vec<_> = (0..120)
+            .map(|i| app("ns", &format!("app-{i:03}"), Sync::Synced, Health::Healthy))
+            .collect();
+        let query = ListQuery {
+            page: Some(3),
+            ..Default::default()
+        };
+        let view = list(&apps, &|_| true, &query);
+        assert_eq!(view.pages, 3);
+        assert_eq!(view.items.len(), 20);
+        assert_eq!(view.items[0].name, "app-100");
+        let query = ListQuery {
+            page: Some(99),
+            per_page: Some(100),
+            ..Default::default()
+        };
+        let view = list(&apps, &|_| true, &query);
+        assert_eq!((view.page, view.items.len()), (2, 20));
+        assert_eq!(query.on_page(1), "per_page=100&page=1");
+    }
+
+    #[test]
+    fn revisions_link_to_github_and_gitlab_only() {
+        let sha = "0123456789abcdef0123456789abcdef01234567";
+        assert_eq!(
+            commit_url("git@github.com:org/repo.git", sha).as_deref(),
+            Some("https://github.com/org/repo/commit/0123456789abcdef0123456789abcdef01234567")
+        );
+        assert_eq!(
+            commit_url("https://user:pw@gitlab.com/g/sub/repo", sha).as_deref(),
+            Some("https://gitlab.com/g/sub/repo/-/commit/0123456789abcdef0123456789abcdef01234567")
+        );
+        assert_eq!(commit_url("https://git.example.com/org/repo", sha), None);
+        assert_eq!(commit_url("/srv/git/repo", sha), None);
+        assert_eq!(commit_url("https://github.com/org/repo", "main"), None);
+        let view = list(&fleet(), &|_| true, &ListQuery::default());
+        assert_eq!(view.items[0].revision.as_deref(), Some("0123456"));
+    }
+
+    #[test]
+    fn a_drift_note_splits_into_fields_with_old_new_and_manager() {
+        let record = parse_drift(
+            "2026-01-01T00:00:00Z",
+            "apps/Deployment ns/web: spec.replicas 1→5 (changed by kubectl), metadata.labels.a x, y→z (changed by unknown)",
+        );
+        assert_eq!(record.object, "apps/Deployment ns/web");
+        assert_eq!(
+            record.fields[0],
+            FieldChange {
+                field: "spec.replicas".into(),
+                old: "1".into(),
+                new: "5".into(),
+                changed_by: "kubectl".into()
+            }
+        );
+        assert_eq!(record.fields[1].old, "x, y");
+        assert_eq!(record.fields[1].changed_by, "unknown");
+        let recreated = parse_drift(
+            "t",
+            "ConfigMap ns/c: recreated (it was deleted outside Setpoint)",
+        );
+        assert!(recreated.fields.is_empty());
+        assert_eq!(
+            recreated.note,
+            "recreated (it was deleted outside Setpoint)"
+        );
+    }
+}

@@ -247,7 +247,12 @@ impl ChartSource {
             .listing(
                 request.repository,
                 request.auth,
-                self.settings.poll_interval,
+                // The poller refreshes the listing every interval ± 10%
+                // (jitter, and its tick); a reconcile between a late poll
+                // and the next refetches only when no poll came for half an
+                // interval more (no poller in this process). An event
+                // naming a version the listing lacks fetches at once.
+                self.settings.poll_interval.mul_f64(1.5),
                 request.known_version.map(|v| (request.chart, v)),
             )
             .await?;

@@ -5,7 +5,7 @@
 //! as a violation and answered 400, as GitHub would refuse it. It can fail
 //! on purpose: an error status, rate limits, a dropped connection, a delay.
 //!
-//! Shared by the unit tests of `src/report/github.rs` (through `#[path]`)
+//! Shared by the unit tests of `src/report/github/` (through `#[path]`)
 //! and the integration tests, which run `setpoint` against it.
 #![allow(dead_code)]
 

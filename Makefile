@@ -27,7 +27,7 @@ RUSTC_VERSION := $(shell rustc --version 2>/dev/null | awk '{print $$2}')
 export CARGO_TARGET_DIR ?= $(SETPOINT_CACHE)/cargo-target-$(RUSTC_VERSION)
 
 PHONY_EXTRA := crd bench bench-large image image-deps image-context image-lock test-image
-.PHONY: all build test test-restart test-ui browser-deps unit lint demo bench cluster-build cluster-up cluster-down \
+.PHONY: all build test test-restart test-ui screenshot browser-deps unit lint demo bench cluster-build cluster-up cluster-down \
 	rabbitmq-up rabbitmq-down up down fmt helm-build registry-build $(PHONY_EXTRA)
 
 all: build
@@ -105,6 +105,10 @@ browser-deps:
 
 test-ui: up browser-deps
 	cargo test --test ui_browser
+
+## The README's screenshot (docs/dashboard.png), taken by the browser test.
+screenshot: up browser-deps
+	SETPOINT_SCREENSHOT=$(CURDIR)/docs/dashboard.png cargo test --test ui_browser
 
 ## The container image (Containerfile; image/build.sh): an OCI archive under
 ## $(CARGO_TARGET_DIR)/image with its SPDX SBOM, built with buildah from

@@ -3,7 +3,8 @@
 //! real control plane: the list with sync and health, a `kubectl scale`
 //! showing up as drift on an open Application page without a reload, the
 //! Sync button for a viewer allowed to patch and none for a read-only one.
-//! It takes the README's screenshot (docs/dashboard.png).
+//! It takes the README's screenshot (docs/dashboard.png with `make
+//! screenshot`; otherwise beside the build).
 //!
 //! `make test-ui` installs Chromium and runs it (Cargo `test = false`).
 
@@ -359,7 +360,13 @@ async fn the_dashboard_in_chromium_shows_state_drift_live_and_syncs_for_those_wh
         "the screenshot is {} bytes",
         png.len()
     );
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/dashboard.png");
+    assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"), "a PNG");
+    // Into the checkout only when asked (`make screenshot`), so that a test
+    // run leaves the tree clean; else beside the build.
+    let path = match std::env::var_os("SETPOINT_SCREENSHOT") {
+        Some(path) => std::path::PathBuf::from(path),
+        None => std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("dashboard.png"),
+    };
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
     std::fs::write(&path, png).unwrap();
     browser.close().await.unwrap();

@@ -29,13 +29,19 @@ use crate::reconcile::plan::{FIELD_MANAGER, LiveState, find_live};
 use crate::reconcile::prepare::Desired;
 
 /// One answer per object: the one for its latest live version and body.
+/// Answers are kept as JSON text, several times smaller than a parsed
+/// `Value`, and parsed again on a hit.
 #[derive(Default)]
 pub struct DryRunCache(Mutex<HashMap<ObjectId, Cached>>);
+
+/// At most this many objects' answers are held; past it, an arbitrary one
+/// (often of an object gone since) makes room.
+const MAX_OBJECTS: usize = 100_000;
 
 struct Cached {
     resource_version: String,
     body_hash: [u8; 32],
-    result: Value,
+    result: Box<[u8]>,
 }
 
 impl DryRunCache {
@@ -44,17 +50,26 @@ impl DryRunCache {
         cache
             .get(id)
             .filter(|c| c.resource_version == resource_version && &c.body_hash == body_hash)
-            .map(|c| c.result.clone())
+            .and_then(|c| serde_json::from_slice(&c.result).ok())
     }
 
-    fn put(&self, id: &ObjectId, resource_version: String, body_hash: [u8; 32], result: Value) {
+    fn put(&self, id: &ObjectId, resource_version: String, body_hash: [u8; 32], result: &Value) {
+        let Ok(result) = serde_json::to_vec(result) else {
+            return;
+        };
         let mut cache = self.0.lock().expect("dry-run cache lock");
+        if cache.len() >= MAX_OBJECTS && !cache.contains_key(id) {
+            let evicted = cache.keys().next().cloned();
+            if let Some(evicted) = evicted {
+                cache.remove(&evicted);
+            }
+        }
         cache.insert(
             id.clone(),
             Cached {
                 resource_version,
                 body_hash,
-                result,
+                result: result.into_boxed_slice(),
             },
         );
     }
@@ -106,7 +121,7 @@ pub async fn dry_run_live(
             .map_err(|source| classify(id, source))?;
         metrics.dry_run("sent");
         let result = serde_json::to_value(&answer).expect("serializes");
-        cache.put(id, resource_version, body_hash, result.clone());
+        cache.put(id, resource_version, body_hash, &result);
         results.insert(id.clone(), result);
     }
     Ok(results)

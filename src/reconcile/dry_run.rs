@@ -31,8 +31,16 @@ use crate::reconcile::prepare::Desired;
 /// One answer per object: the one for its latest live version and body.
 /// Answers are kept as JSON text, several times smaller than a parsed
 /// `Value`, and parsed again on a hit.
-#[derive(Default)]
-pub struct DryRunCache(Mutex<HashMap<ObjectId, Cached>>);
+pub struct DryRunCache {
+    entries: Mutex<HashMap<ObjectId, Cached>>,
+    max_objects: usize,
+}
+
+impl Default for DryRunCache {
+    fn default() -> Self {
+        Self::with_capacity(MAX_OBJECTS)
+    }
+}
 
 /// At most this many objects' answers are held; past it, an arbitrary one
 /// (often of an object gone since) makes room.
@@ -45,8 +53,15 @@ struct Cached {
 }
 
 impl DryRunCache {
+    fn with_capacity(max_objects: usize) -> Self {
+        Self {
+            entries: Mutex::default(),
+            max_objects,
+        }
+    }
+
     fn get(&self, id: &ObjectId, resource_version: &str, body_hash: &[u8; 32]) -> Option<Value> {
-        let cache = self.0.lock().expect("dry-run cache lock");
+        let cache = self.entries.lock().expect("dry-run cache lock");
         cache
             .get(id)
             .filter(|c| c.resource_version == resource_version && &c.body_hash == body_hash)
@@ -57,8 +72,8 @@ impl DryRunCache {
         let Ok(result) = serde_json::to_vec(result) else {
             return;
         };
-        let mut cache = self.0.lock().expect("dry-run cache lock");
-        if cache.len() >= MAX_OBJECTS && !cache.contains_key(id) {
+        let mut cache = self.entries.lock().expect("dry-run cache lock");
+        if cache.len() >= self.max_objects && !cache.contains_key(id) {
             let evicted = cache.keys().next().cloned();
             if let Some(evicted) = evicted {
                 cache.remove(&evicted);
@@ -76,7 +91,7 @@ impl DryRunCache {
 
     /// Objects held (one answer each).
     pub fn len(&self) -> usize {
-        self.0.lock().expect("dry-run cache lock").len()
+        self.entries.lock().expect("dry-run cache lock").len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -125,4 +140,55 @@ pub async fn dry_run_live(
         results.insert(id.clone(), result);
     }
     Ok(results)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn id(name: &str) -> ObjectId {
+        ObjectId {
+            group: "apps".into(),
+            version: "v1".into(),
+            kind: "Deployment".into(),
+            namespace: Some("team-a".into()),
+            name: name.into(),
+        }
+    }
+
+    #[test]
+    fn an_answer_is_returned_for_its_live_version_and_body_only() {
+        let cache = DryRunCache::default();
+        let answer = json!({"metadata": {"name": "web", "managedFields": [{"manager": "setpoint"}]},
+                            "spec": {"replicas": 5, "template": {"spec": {"containers": [{"name": "web"}]}}}});
+        cache.put(&id("web"), "41".into(), [1; 32], &answer);
+        assert_eq!(cache.get(&id("web"), "41", &[1; 32]), Some(answer));
+        assert_eq!(
+            cache.get(&id("web"), "42", &[1; 32]),
+            None,
+            "the object moved"
+        );
+        assert_eq!(
+            cache.get(&id("web"), "41", &[2; 32]),
+            None,
+            "Git's body changed"
+        );
+        assert_eq!(cache.get(&id("api"), "41", &[1; 32]), None);
+    }
+
+    #[test]
+    fn past_its_capacity_one_answer_makes_room() {
+        let cache = DryRunCache::with_capacity(2);
+        for name in ["a", "b"] {
+            cache.put(&id(name), "1".into(), [0; 32], &json!({"n": name}));
+        }
+        // A new answer for a held object replaces it, evicting nothing.
+        cache.put(&id("a"), "2".into(), [0; 32], &json!({"n": "a2"}));
+        assert_eq!(cache.len(), 2);
+        assert_eq!(cache.get(&id("b"), "1", &[0; 32]), Some(json!({"n": "b"})));
+        cache.put(&id("c"), "1".into(), [0; 32], &json!({"n": "c"}));
+        assert_eq!(cache.len(), 2);
+        assert_eq!(cache.get(&id("c"), "1", &[0; 32]), Some(json!({"n": "c"})));
+    }
 }

@@ -28,35 +28,13 @@ pub(super) async fn credentials(
             .may_use_global_credentials(identity, &app.spec.source.repo_url);
         return Ok(ctx.git_credentials.clone().filter(|_| allowed));
     };
-    let namespace = app
-        .metadata
-        .namespace
-        .clone()
-        .unwrap_or_else(|| "default".into());
-    let fail = |message: String| ReconcileError::Credentials {
-        namespace: namespace.clone(),
-        name: name.to_string(),
-        message,
-    };
-    let secret = Api::<Secret>::namespaced(client.clone(), &namespace)
-        .get(name)
-        .await
-        .map_err(|e| fail(crate::report::events::truncate(&e.to_string(), 200)))?;
-    let data = secret.data.unwrap_or_default();
-    let text = |key: &str| {
-        data.get(key)
-            .map(|v| String::from_utf8_lossy(&v.0).trim().to_string())
-    };
-    match (text("username"), text("password"), text("token")) {
-        (username, Some(password), _) => Ok(Some(Credentials {
-            username: username.unwrap_or_else(|| "git".into()),
-            password,
-        })),
-        (username, None, Some(token)) => Ok(Some(Credentials {
-            username: username.unwrap_or_else(|| "git".into()),
-            password: token,
-        })),
-        _ => Err(fail("it has neither a password nor a token key".into())),
+    let keys = SecretKeys::read(app, client, name).await?;
+    let username = keys.username.unwrap_or_else(|| "git".into());
+    match keys.password.or(keys.token) {
+        Some(password) => Ok(Some(Credentials { username, password })),
+        None => Err(keys
+            .secret
+            .error("it has neither a password nor a token key")),
     }
 }
 
@@ -71,30 +49,67 @@ pub(crate) async fn chart_auth(
     let Some(name) = app.spec.source.credentials_secret.as_deref() else {
         return Ok(None);
     };
-    let namespace = app
-        .metadata
-        .namespace
-        .clone()
-        .unwrap_or_else(|| "default".into());
-    let fail = |message: String| ReconcileError::Credentials {
-        namespace: namespace.clone(),
-        name: name.to_string(),
-        message,
-    };
-    let secret = Api::<Secret>::namespaced(client.clone(), &namespace)
-        .get(name)
-        .await
-        .map_err(|e| fail(crate::report::events::truncate(&e.to_string(), 200)))?;
-    let data = secret.data.unwrap_or_default();
-    let text = |key: &str| {
-        data.get(key)
-            .map(|v| String::from_utf8_lossy(&v.0).trim().to_string())
-    };
-    match (text("username"), text("password"), text("token")) {
+    let keys = SecretKeys::read(app, client, name).await?;
+    match (keys.username, keys.password, keys.token) {
         (Some(username), Some(password), _) => Ok(Some(Auth::Basic { username, password })),
         (_, None, Some(token)) => Ok(Some(Auth::Bearer(token))),
-        _ => Err(fail(
-            "it has neither username and password nor a token key".into(),
-        )),
+        _ => Err(keys
+            .secret
+            .error("it has neither username and password nor a token key")),
+    }
+}
+
+/// The Secret an Application names, for its error messages.
+struct SecretRef {
+    namespace: String,
+    name: String,
+}
+
+impl SecretRef {
+    fn error(&self, message: impl Into<String>) -> ReconcileError {
+        ReconcileError::Credentials {
+            namespace: self.namespace.clone(),
+            name: self.name.clone(),
+            message: message.into(),
+        }
+    }
+}
+
+/// The `username`, `password` and `token` keys (trimmed) of the Secret
+/// `name` in the Application's own namespace, read as its identity
+/// (`client`).
+struct SecretKeys {
+    secret: SecretRef,
+    username: Option<String>,
+    password: Option<String>,
+    token: Option<String>,
+}
+
+impl SecretKeys {
+    async fn read(app: &Application, client: &Client, name: &str) -> Result<Self, ReconcileError> {
+        let secret = SecretRef {
+            namespace: app
+                .metadata
+                .namespace
+                .clone()
+                .unwrap_or_else(|| "default".into()),
+            name: name.to_string(),
+        };
+        let data = Api::<Secret>::namespaced(client.clone(), &secret.namespace)
+            .get(name)
+            .await
+            .map_err(|e| secret.error(crate::report::events::truncate(&e.to_string(), 200)))?
+            .data
+            .unwrap_or_default();
+        let text = |key: &str| {
+            data.get(key)
+                .map(|v| String::from_utf8_lossy(&v.0).trim().to_string())
+        };
+        Ok(Self {
+            username: text("username"),
+            password: text("password"),
+            token: text("token"),
+            secret,
+        })
     }
 }

@@ -15,13 +15,11 @@ use std::time::Duration;
 
 use fantoccini::{Client, ClientBuilder, Locator};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
-use k8s_openapi::api::core::v1::ServiceAccount;
-use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{Patch, PatchParams, PostParams};
 use setpoint::api::SyncPolicy;
 use support::app::{automated, create_app, deployment_yaml, install_crd, synced_at};
 use support::process::{Setpoint, free_port, post};
+use support::viewer::viewer;
 use support::{GitRepo, TestNamespace, wait_for};
 
 const DEADLINE: Duration = Duration::from_secs(90);
@@ -82,47 +80,6 @@ impl Drop for Driver {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-/// A service account with `verbs` on Applications in `ns`, and a token.
-async fn viewer(ns: &TestNamespace, name: &str, verbs: &[&str]) -> String {
-    let sa: ServiceAccount =
-        serde_json::from_value(serde_json::json!({ "metadata": { "name": name } })).unwrap();
-    let accounts = ns.api::<ServiceAccount>();
-    accounts.create(&PostParams::default(), &sa).await.unwrap();
-    let role: Role = serde_json::from_value(serde_json::json!({
-        "metadata": { "name": name },
-        "rules": [{ "apiGroups": ["setpoint.dev"], "resources": ["applications"], "verbs": verbs }],
-    }))
-    .unwrap();
-    ns.api::<Role>()
-        .create(&PostParams::default(), &role)
-        .await
-        .unwrap();
-    let binding: RoleBinding = serde_json::from_value(serde_json::json!({
-        "metadata": { "name": name },
-        "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name },
-        "subjects": [{ "kind": "ServiceAccount", "name": name, "namespace": ns.name }],
-    }))
-    .unwrap();
-    ns.api::<RoleBinding>()
-        .create(&PostParams::default(), &binding)
-        .await
-        .unwrap();
-    let request = TokenRequest {
-        spec: Some(TokenRequestSpec {
-            expiration_seconds: Some(3600),
-            ..Default::default()
-        }),
-        ..Default::default()
-    };
-    accounts
-        .create_token_request(name, &PostParams::default(), &request)
-        .await
-        .expect("a token")
-        .status
-        .and_then(|s| s.token)
-        .expect("a token")
 }
 
 async fn text_of(browser: &Client, css: &str) -> Result<String, String> {

@@ -10,6 +10,7 @@ pub mod charts;
 pub mod git;
 pub mod github;
 pub mod process;
+pub mod viewer;
 
 use std::future::Future;
 use std::path::PathBuf;

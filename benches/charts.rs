@@ -10,8 +10,8 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use setpoint::api::{Application, HelmSource, Source};
-use support::app::{automated, create_app_from, install_crd};
+use setpoint::api::{HelmSource, Source};
+use support::app::{all_apps, automated, create_app_from, install_crd};
 use support::charts::{HelmRepo, OciRegistry};
 use support::process::{Setpoint, free_port};
 use support::{TestNamespace, wait_for};
@@ -71,32 +71,14 @@ async fn first_sync(prefix: &str, repo_url: &str, env: &[(&str, &str)]) -> (Dura
         };
         create_app_from(&ns, &format!("web{i}"), source, automated(true, false)).await;
     }
-    wait_for(
-        "every Application synced",
-        Duration::from_secs(600),
-        || async {
-            let apps = ns
-                .api::<Application>()
-                .list(&Default::default())
-                .await
-                .map_err(|e| e.to_string())?;
-            let synced = apps
-                .items
-                .iter()
-                .filter(|a| {
-                    a.status
-                        .as_ref()
-                        .and_then(|s| s.sync.revision.as_deref())
-                        .is_some_and(|r| r.starts_with("1.0.0"))
-                })
-                .count();
-            if synced == APPS {
-                Ok(())
-            } else {
-                Err(format!("{synced}/{APPS} synced"))
-            }
-        },
-    )
+    wait_for("every Application synced", Duration::from_secs(600), || {
+        all_apps(&ns, APPS, "synced", |s| {
+            s.sync
+                .revision
+                .as_deref()
+                .is_some_and(|r| r.starts_with("1.0.0"))
+        })
+    })
     .await;
     let took = started.elapsed();
     (took, peak_memory_mib(setpoint.child.id()))

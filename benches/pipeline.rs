@@ -26,11 +26,11 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Patch, PatchParams};
-use setpoint::api::{Application, Sync};
+use setpoint::api::Sync;
 use setpoint::event::AppKey;
 use setpoint::ingest::sweep::sweep_event;
 use setpoint::queue::Queue;
-use support::app::{automated, create_app, install_crd};
+use support::app::{all_apps, automated, create_app, install_crd};
 use support::process::{
     Setpoint, free_port, github_push, github_signature, post_github, sample, scrape,
     wait_for_shared_shards,
@@ -91,24 +91,10 @@ fn mttp_objects(app: usize, value: &str) -> Vec<(String, String)> {
 }
 
 async fn all_synced(ns: &TestNamespace, commit: &str, count: usize) -> Result<(), String> {
-    let apps = ns
-        .api::<Application>()
-        .list(&Default::default())
-        .await
-        .map_err(|e| e.to_string())?;
-    let synced = apps
-        .items
-        .iter()
-        .filter(|a| {
-            let s = a.status.clone().unwrap_or_default();
-            s.sync.status == Sync::Synced && s.sync.revision.as_deref() == Some(commit)
-        })
-        .count();
-    if synced == count {
-        Ok(())
-    } else {
-        Err(format!("{synced} of {count} synced"))
-    }
+    all_apps(ns, count, "synced", |s| {
+        s.sync.status == Sync::Synced && s.sync.revision.as_deref() == Some(commit)
+    })
+    .await
 }
 
 fn peak_memory_mib(pid: u32) -> f64 {

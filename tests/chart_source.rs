@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Patch, PatchParams};
 use serde_json::json;
 use setpoint::api::{Application, HelmSource, Source};
-use support::app::{automated, create_app_from, get_app, install_crd};
+use support::app::{all_apps, automated, create_app_from, get_app, install_crd};
 use support::charts::{HelmRepo, OciRegistry};
 use support::process::{Setpoint, free_port};
 use support::{TestNamespace, wait_for};
@@ -295,29 +295,11 @@ async fn a_hundred_applications_share_one_index_fetch_per_poll() {
         .await;
     }
     let index = "/charts/index.yaml";
-    wait_for(
-        "every Application synced",
-        Duration::from_secs(240),
-        || async {
-            let apps = ns
-                .api::<Application>()
-                .list(&Default::default())
-                .await
-                .map_err(|e| e.to_string())?;
-            let synced = apps
-                .items
-                .iter()
-                .filter(|a| {
-                    a.status.as_ref().and_then(|s| s.sync.revision.as_deref()) == Some("1.0.0")
-                })
-                .count();
-            if synced == APPS {
-                Ok(())
-            } else {
-                Err(format!("{synced}/{APPS} synced"))
-            }
-        },
-    )
+    wait_for("every Application synced", Duration::from_secs(240), || {
+        all_apps(&ns, APPS, "synced", |s| {
+            s.sync.revision.as_deref() == Some("1.0.0")
+        })
+    })
     .await;
     // The first syncs share one fetch; the polls meanwhile add one each.
     let polls = started.elapsed().as_secs_f64() / (POLL.as_secs_f64() * 0.9);

@@ -9,11 +9,11 @@ mod support;
 
 use std::time::{Duration, SystemTime};
 
-use setpoint::api::{Application, Sync};
+use setpoint::api::Sync;
 use setpoint::event::AppKey;
 use setpoint::ingest::sweep::sweep_event;
 use setpoint::queue::{Queue, RetryPolicy};
-use support::app::{automated, create_app, install_crd};
+use support::app::{all_apps, automated, create_app, install_crd};
 use support::process::{Setpoint, free_port, github_push, post_github, scrape};
 use support::{GitRepo, TestNamespace, amqp_prefix, amqp_url, wait_for};
 
@@ -51,24 +51,10 @@ fn counter(port: u16, metric: &str) -> f64 {
 }
 
 async fn all_synced(ns: &TestNamespace, commit: &str) -> Result<(), String> {
-    let apps = ns
-        .api::<Application>()
-        .list(&Default::default())
-        .await
-        .map_err(|e| e.to_string())?;
-    let synced = apps
-        .items
-        .iter()
-        .filter(|a| {
-            let s = a.status.clone().unwrap_or_default();
-            s.sync.status == Sync::Synced && s.sync.revision.as_deref() == Some(commit)
-        })
-        .count();
-    if synced == APPS {
-        Ok(())
-    } else {
-        Err(format!("{synced} of {APPS} synced at {commit}"))
-    }
+    all_apps(ns, APPS, &format!("synced at {commit}"), |s| {
+        s.sync.status == Sync::Synced && s.sync.revision.as_deref() == Some(commit)
+    })
+    .await
 }
 
 #[tokio::test]

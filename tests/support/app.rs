@@ -149,6 +149,31 @@ pub async fn settled_at(ns: &TestNamespace, app: &str, commit: &str) -> Result<(
     }
 }
 
+/// `Ok` once `count` Applications of `ns` have a status `accepts`; else
+/// how many do.
+pub async fn all_apps(
+    ns: &TestNamespace,
+    count: usize,
+    what: &str,
+    accepts: impl Fn(&ApplicationStatus) -> bool,
+) -> Result<(), String> {
+    let apps = ns
+        .api::<Application>()
+        .list(&Default::default())
+        .await
+        .map_err(|e| e.to_string())?;
+    let matching = apps
+        .items
+        .iter()
+        .filter(|a| accepts(&a.status.clone().unwrap_or_default()))
+        .count();
+    if matching == count {
+        Ok(())
+    } else {
+        Err(format!("{matching} of {count} {what}"))
+    }
+}
+
 async fn status_of(ns: &TestNamespace, app: &str) -> Result<ApplicationStatus, String> {
     let app = ns
         .api::<Application>()

@@ -27,7 +27,7 @@ RUSTC_VERSION := $(shell rustc --version 2>/dev/null | awk '{print $$2}')
 export CARGO_TARGET_DIR ?= $(SETPOINT_CACHE)/cargo-target-$(RUSTC_VERSION)
 
 PHONY_EXTRA := crd bench bench-large image image-deps image-context image-lock test-image
-.PHONY: all build test test-restart test-ui screenshot browser-deps unit lint demo bench cluster-build cluster-up cluster-down \
+.PHONY: all build test test-restart test-ui test-ha screenshot browser-deps rabbitmq-cluster-up rabbitmq-cluster-down unit lint demo bench cluster-build cluster-up cluster-down \
 	rabbitmq-up rabbitmq-down up down fmt helm-build registry-build $(PHONY_EXTRA)
 
 all: build
@@ -67,6 +67,14 @@ rabbitmq-up:
 
 rabbitmq-down:
 	tests/broker/rabbitmq.sh down
+
+## A 3-node RabbitMQ cluster on 127.0.0.1:5681-5683 beside the broker
+## above, for `make test-ha` (see tests/broker/rabbitmq.sh).
+rabbitmq-cluster-up:
+	tests/broker/rabbitmq.sh cluster-up
+
+rabbitmq-cluster-down:
+	tests/broker/rabbitmq.sh cluster-down
 
 up: cluster-up rabbitmq-up helm-build registry-build
 down: cluster-down rabbitmq-down
@@ -109,6 +117,12 @@ test-ui: up browser-deps
 ## The README's screenshot (docs/dashboard.png), taken by the browser test.
 screenshot: up browser-deps
 	SETPOINT_SCREENSHOT=$(CURDIR)/docs/dashboard.png cargo test --test ui_browser
+
+## The RabbitMQ cluster losing a node under a burst of webhooks
+## (tests/broker_cluster.rs), with quorum queues: it stops and starts the
+## cluster's nodes, not the shared broker.
+test-ha: up rabbitmq-cluster-up
+	cargo test --test broker_cluster
 
 ## The container image (Containerfile; image/build.sh): an OCI archive under
 ## $(CARGO_TARGET_DIR)/image with its SPDX SBOM, built with buildah from
@@ -155,16 +169,18 @@ bench: up
 	cargo bench --bench depends
 	cargo bench --bench ui
 	cargo bench --bench charts
+	cargo bench --bench preview
 
 ## The fleet benchmark at 10,000 Applications of Flux's MTTP shape
-## (ServiceAccount, Service, Deployment of 0 replicas, Ingress) in one
-## repository: first sync, one commit changing all, a sweep, peak RSS and Git
-## requests. Needs the /16 service range of tests/controlplane/cluster.sh (a
-## cluster started before it holds only 254 Services: `make down up`).
+## (ServiceAccount, Service, Deployment of 0 replicas, Ingress), in one
+## repository and in 100: first sync, one commit changing all, a no-op sweep;
+## time, CPU, API and Git requests per phase, peak RSS. Needs the /16
+## service range of tests/controlplane/cluster.sh (a cluster started before
+## it holds only 254 Services: `make down up`). About 40 minutes.
 bench-large: up
 	$(FRESH_TEST_VHOST)
 	SETPOINT_BENCH_ONLY=fleet SETPOINT_BENCH_SHAPE=mttp SETPOINT_BENCH_FLEETS=$${SETPOINT_BENCH_FLEETS:-10000} \
-	  cargo bench --bench pipeline
+	  SETPOINT_BENCH_REPOS=$${SETPOINT_BENCH_REPOS:-1,100} cargo bench --bench pipeline
 
 demo: up
 	cargo build --bin setpoint

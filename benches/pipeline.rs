@@ -2,16 +2,22 @@
 //! build) against the real local control plane. Reports:
 //! - webhook requests per second with signature checking (wrk, if present);
 //! - webhook → Synced latency, and drift → corrected latency, p50/p99;
-//! - fleets of Applications in one repository synced after a single push:
-//!   time until all are Synced, and the peak memory of the process; then one
-//!   sweep of the in-sync fleet (every Application enqueued once, as a sweep
-//!   cycle does): its duration. For each phase, the Git requests the process
-//!   sent (`setpoint_git_requests_total`).
+//! - fleets of Applications: the first sync, one commit per repository
+//!   changing every app (one push each), and one sweep of the in-sync fleet
+//!   (every Application enqueued once, as a sweep cycle does). For each
+//!   phase, its time, the CPU seconds of the process and of the API server
+//!   with etcd (API CPU), the API requests it
+//!   sent (`setpoint_api_requests_total`: reads, writes, dry runs) and its
+//!   Git requests (`setpoint_git_requests_total`); then the peak RSS of
+//!   `setpoint run` and the RSS of kube-apiserver and etcd.
 //!
 //! - split roles (one `webhook` and N `worker` processes on one RabbitMQ):
 //!   reconciles per second for N = 1, 2, 4 and each process's peak memory.
 //!
 //! `SETPOINT_BENCH_FLEETS` (default `100,1000`) picks the fleet sizes,
+//! `SETPOINT_BENCH_REPOS` (default `1`) how many repositories a fleet is
+//! spread over, `SETPOINT_BENCH_CONCURRENCY` (default `16`, the default) the
+//! `--concurrency` values to compare,
 //! `SETPOINT_BENCH_WORKERS` (default `1,2,4`) the worker counts,
 //! `SETPOINT_BENCH_ONLY=workers` runs only the split-role part and
 //! `SETPOINT_BENCH_ONLY=fleet` only the fleets; `SETPOINT_BENCH_SHAPE=mttp`
@@ -24,13 +30,13 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::{Patch, PatchParams};
-use setpoint::api::Sync;
+use setpoint::api::{Health, Sync};
 use setpoint::event::AppKey;
 use setpoint::ingest::sweep::sweep_event;
 use setpoint::queue::Queue;
-use support::app::{all_apps, automated, create_app, install_crd};
+use support::app::{AppWatch, all_apps, automated, create_app, install_crd};
 use support::process::{
     Setpoint, free_port, github_push, github_signature, post_github, sample, scrape,
     wait_for_shared_shards,
@@ -125,15 +131,8 @@ fn total(metrics: &str, metric: &str) -> f64 {
         .sum()
 }
 
-fn git_requests(metrics_port: u16) -> f64 {
-    total(
-        &scrape(metrics_port).expect("metrics"),
-        "setpoint_git_requests_total",
-    )
-}
-
 fn start(ns: &TestNamespace, cache: &std::path::Path, prefix: &str) -> Setpoint {
-    start_with_metrics(ns, cache, prefix, free_port())
+    start_with_metrics(ns, cache, prefix, free_port(), 8)
 }
 
 /// `setpoint run` for the Applications of `ns` only: other tests' and
@@ -143,10 +142,12 @@ fn start_with_metrics(
     cache: &std::path::Path,
     prefix: &str,
     metrics_port: u16,
+    concurrency: usize,
 ) -> Setpoint {
     let listen = format!("127.0.0.1:{}", free_port());
     let metrics = format!("127.0.0.1:{metrics_port}");
     let url = amqp_url();
+    let concurrency = concurrency.to_string();
     let args = [
         "run",
         "--listen",
@@ -156,6 +157,8 @@ fn start_with_metrics(
         "--no-sweep",
         "--github-secret",
         SECRET,
+        "--concurrency",
+        &concurrency,
     ];
     Setpoint::scoped(
         &ns.name,
@@ -169,64 +172,262 @@ fn start_with_metrics(
     )
 }
 
-async fn fleet(size: usize) {
-    let ns = TestNamespace::new("fleet").await;
-    let repo = GitRepo::new();
-    for app in 0..size {
-        for (path, text) in objects(app, "1") {
-            repo.write(&path, &text);
+/// What one process has cost so far: CPU, API requests, Git requests.
+#[derive(Clone, Copy, Default)]
+struct Cost {
+    cpu_seconds: f64,
+    /// The API server's (and etcd's) CPU seconds: whether it is the limit.
+    apiserver_cpu: f64,
+    reads: f64,
+    writes: f64,
+    dry_runs: f64,
+    git: f64,
+}
+
+impl Cost {
+    fn of(pid: u32, metrics_port: u16) -> Self {
+        let metrics = scrape(metrics_port).expect("metrics");
+        let api = |kind: &str| {
+            sample(
+                &metrics,
+                &format!(r#"setpoint_api_requests_total{{kind="{kind}"}}"#),
+            )
+            .unwrap_or(0.0)
+        };
+        Self {
+            cpu_seconds: cpu_seconds(pid),
+            apiserver_cpu: Self::apiserver_cpu(),
+            reads: api("read"),
+            writes: api("write"),
+            dry_runs: api("dry_run"),
+            git: total(&metrics, "setpoint_git_requests_total"),
         }
     }
-    let first = repo.commit("fleet");
+}
+
+impl Cost {
+    fn apiserver_cpu() -> f64 {
+        ["kube-apiserver", "etcd"]
+            .into_iter()
+            .flat_map(pids_of)
+            .map(cpu_seconds)
+            .sum()
+    }
+}
+
+impl std::ops::Sub for Cost {
+    type Output = Cost;
+    fn sub(self, earlier: Cost) -> Cost {
+        Cost {
+            cpu_seconds: self.cpu_seconds - earlier.cpu_seconds,
+            apiserver_cpu: self.apiserver_cpu - earlier.apiserver_cpu,
+            reads: self.reads - earlier.reads,
+            writes: self.writes - earlier.writes,
+            dry_runs: self.dry_runs - earlier.dry_runs,
+            git: self.git - earlier.git,
+        }
+    }
+}
+
+/// User and system CPU time of a process (`/proc/PID/stat`, clock ticks of
+/// 1/100 s).
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest.split_whitespace().collect())
+        .unwrap_or_default();
+    // After the command: state is field 3, utime 14 and stime 15.
+    let ticks = |i: usize| fields.get(i - 3).and_then(|v| v.parse::<f64>().ok());
+    (ticks(14).unwrap_or(0.0) + ticks(15).unwrap_or(0.0)) / 100.0
+}
+
+/// As `wait_for`, checking every 2 seconds: a check that scrapes
+/// `/metrics` (tens of MB at 10,000 Applications, whose series are per
+/// Application) would otherwise load the process it measures.
+async fn wait_every<F, Fut>(what: &str, deadline: Duration, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<(), String>>,
+{
+    let start = Instant::now();
+    loop {
+        let last = match check().await {
+            Ok(()) => return,
+            Err(state) => state,
+        };
+        assert!(
+            start.elapsed() < deadline,
+            "timed out after {deadline:?} waiting for {what}; last state: {last}"
+        );
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+}
+
+/// The processes named `name`.
+fn pids_of(name: &str) -> Vec<u32> {
+    let out = std::process::Command::new("pgrep")
+        .args(["-x", name])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    out.lines()
+        .filter_map(|pid| pid.trim().parse().ok())
+        .collect()
+}
+
+/// Resident memory now (VmRSS) of the processes named `name`, in MiB.
+fn rss_of(name: &str) -> f64 {
+    pids_of(name)
+        .into_iter()
+        .filter_map(|pid| std::fs::read_to_string(format!("/proc/{pid}/status")).ok())
+        .filter_map(|status| {
+            status
+                .lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse::<f64>().ok())
+        })
+        .sum::<f64>()
+        / 1024.0
+}
+
+fn phase_line(size: usize, phase: &str, took: Duration, cost: Cost) {
+    println!(
+        "  | {size:>6} | {phase:<22} | {:>8.1} s | {:>7.1} s | {:>7.1} s | {:>8.0} | {:>7.0} | {:>8.0} | {:>4.0} |",
+        took.as_secs_f64(),
+        cost.cpu_seconds,
+        cost.apiserver_cpu,
+        cost.reads,
+        cost.writes,
+        cost.dry_runs,
+        cost.git,
+    );
+}
+
+/// The list in `var` (comma-separated numbers), or `default`.
+fn list(var: &str, default: &str) -> Vec<usize> {
+    std::env::var(var)
+        .unwrap_or_else(|_| default.into())
+        .split(',')
+        .filter_map(|s| s.trim().parse().ok())
+        .collect()
+}
+
+/// `size` Applications spread over `repos` repositories (app `i` in
+/// repository `i % repos`), synced by one `setpoint run` of `concurrency`
+/// reconciles at once: the first sync, one commit per repository changing
+/// every app (one push each), and one sweep cycle of the in-sync fleet.
+async fn fleet(size: usize, repos: usize, concurrency: usize) {
+    let ns = TestNamespace::new("fleet").await;
+    let repositories: Vec<GitRepo> = (0..repos).map(|_| GitRepo::new()).collect();
+    let write_all = |value: &str| {
+        for app in 0..size {
+            for (path, text) in objects(app, value) {
+                repositories[app % repos].write(&path, &text);
+            }
+        }
+    };
+    write_all("1");
+    let first: Vec<String> = repositories.iter().map(|r| r.commit("fleet")).collect();
     for app in 0..size {
         create_app(
             &ns,
             &format!("app-{app}"),
-            &repo.url(),
+            &repositories[app % repos].url(),
             &format!("apps/{app}"),
             automated(true, true),
         )
         .await;
     }
+    // The fleet's state from a watch: listing thousands of Applications at
+    // each poll would load the API server as much as Setpoint does.
+    let watch = AppWatch::start(&ns).await;
     let cache = tempfile::tempdir().unwrap();
     let prefix = amqp_prefix("fleet");
+    // The API server's CPU so far: the first sync's is counted from here.
+    let before = Cost {
+        apiserver_cpu: Cost::apiserver_cpu(),
+        ..Default::default()
+    };
     let started = Instant::now();
     let metrics_port = free_port();
-    let mut setpoint = start_with_metrics(&ns, cache.path(), &prefix, metrics_port);
+    let mut setpoint = start_with_metrics(&ns, cache.path(), &prefix, metrics_port, concurrency);
     setpoint.wait_http().await;
-    let deadline = Duration::from_secs(1800);
+    let pid = setpoint.child.id();
+    let deadline = Duration::from_secs(3600);
+    let synced_at = |commits: Vec<String>| {
+        let watch = &watch;
+        async move {
+            watch.all(size, "synced", |s| {
+                s.sync.status == Sync::Synced
+                    && s.sync
+                        .revision
+                        .as_deref()
+                        .is_some_and(|r| commits.iter().any(|c| c == r))
+            })
+        }
+    };
+    // Each app is matched against its own repository's commit by the name
+    // of the commit it is at: every repository's commit is distinct.
     wait_for("the first sync of the fleet", deadline, || {
-        all_synced(&ns, &first, size)
+        synced_at(first.clone())
     })
     .await;
     let initial = started.elapsed();
-    let git_initial = git_requests(metrics_port);
+    let at_first_sync = Cost::of(pid, metrics_port);
+    let initial_cost = at_first_sync - before;
 
-    for app in 0..size {
-        for (path, text) in objects(app, "2") {
-            repo.write(&path, &text);
-        }
-    }
-    let second = repo.commit("fleet v2");
-    // One push; its file list is left out (as in a large push), so every app
-    // of the repository is enqueued.
-    let mut body: serde_json::Value =
-        serde_json::from_str(&github_push(&repo.url(), &second, &[])).unwrap();
-    body["commits"] = serde_json::json!([]);
-    let body = body.to_string();
+    write_all("2");
+    let second: Vec<String> = repositories.iter().map(|r| r.commit("fleet v2")).collect();
     let port = setpoint.port.unwrap();
     let pushed = Instant::now();
-    let (code, _) = post_github(port, Some(SECRET), "fleet-push", &body);
-    assert_eq!(code, 200);
+    for (repo, commit) in repositories.iter().zip(&second) {
+        // One push per repository; its file list is left out (as in a
+        // large push), so every app of the repository is enqueued.
+        let mut body: serde_json::Value =
+            serde_json::from_str(&github_push(&repo.url(), commit, &[])).unwrap();
+        body["commits"] = serde_json::json!([]);
+        let (code, reply) = post_github(
+            port,
+            Some(SECRET),
+            &support::unique_name("fleet-push"),
+            &body.to_string(),
+        );
+        assert_eq!(code, 200, "{reply}");
+    }
     wait_for("the fleet at the second commit", deadline, || {
-        all_synced(&ns, &second, size)
+        synced_at(second.clone())
     })
     .await;
     let after_push = pushed.elapsed();
-    let git_push = git_requests(metrics_port) - git_initial;
+    let push_cost = Cost::of(pid, metrics_port) - at_first_sync;
 
     // One sweep cycle of the in-sync fleet: every Application enqueued once,
-    // as the sweep enqueues them.
+    // as the sweep enqueues them. First the rollouts the push started settle
+    // (every app Healthy, nothing left in the queue), so that the sweep
+    // measures a fleet where nothing moves.
+    wait_for(
+        "the fleet healthy at the second commit",
+        deadline,
+        || async {
+            watch.all(size, "healthy", |s| {
+                s.health.status == Health::Healthy
+                    && s.sync
+                        .revision
+                        .as_deref()
+                        .is_some_and(|r| second.iter().any(|c| c == r))
+            })
+        },
+    )
+    .await;
+    wait_every("the queue drained", deadline, || async {
+        match sample(&scrape(metrics_port)?, "setpoint_queue_messages_ready") {
+            Some(0.0) => Ok(()),
+            ready => Err(format!("{ready:?} ready")),
+        }
+    })
+    .await;
     let queue = setpoint::queue::amqp::AmqpQueue::connect(setpoint::queue::amqp::AmqpSettings {
         url: amqp_url(),
         prefix,
@@ -240,7 +441,7 @@ async fn fleet(size: usize) {
         )
     };
     let before_sweep = reconciles();
-    let git_before_sweep = git_requests(metrics_port);
+    let sweep_start_cost = Cost::of(pid, metrics_port);
     let swept = Instant::now();
     // One cycle: every event bounded by the cycle's start.
     let cycle_start = std::time::SystemTime::now();
@@ -248,7 +449,7 @@ async fn fleet(size: usize) {
         let key = AppKey::new(ns.name.clone(), format!("app-{app}"));
         queue.publish(&sweep_event(key, cycle_start)).await.unwrap();
     }
-    wait_for("the sweep of the fleet", deadline, || async {
+    wait_every("the sweep of the fleet", deadline, || async {
         let done = reconciles() - before_sweep;
         if done >= size as f64 {
             Ok(())
@@ -258,32 +459,44 @@ async fn fleet(size: usize) {
     })
     .await;
     let sweep = swept.elapsed();
-    let git_sweep = git_requests(metrics_port) - git_before_sweep;
+    let sweep_cost = Cost::of(pid, metrics_port) - sweep_start_cost;
+    phase_line(size, "first sync", initial, initial_cost);
+    phase_line(size, "one commit changes all", after_push, push_cost);
+    phase_line(size, "no-op sweep", sweep, sweep_cost);
     println!(
-        "  fleet of {size:>4} apps x 4 objects: first sync {:>6.1} s, after one push {:>6.1} s until all Synced, a sweep {:>6.1} s; peak RSS of setpoint run {:.0} MiB",
-        initial.as_secs_f64(),
-        after_push.as_secs_f64(),
-        sweep.as_secs_f64(),
-        peak_memory_mib(setpoint.child.id())
+        "  |        | {repos} repo(s), concurrency {concurrency}: peak RSS setpoint {:.0} MiB; RSS now kube-apiserver {:.0} MiB, etcd {:.0} MiB; Git requests per push {:.1} per repository |",
+        peak_memory_mib(pid),
+        rss_of("kube-apiserver"),
+        rss_of("etcd"),
+        push_cost.git / repos as f64,
     );
-    println!(
-        "  fleet of {size:>4} apps: Git requests: first sync {git_initial:.0}, per push {git_push:.0}, per sweep {git_sweep:.0}"
-    );
-    if git_push > 1.0 || git_sweep > 1.0 {
-        // Why more than one: the process's warnings about Git.
+    if push_cost.git > repos as f64 || sweep_cost.git > repos as f64 {
+        // Why more than one per repository: the process's lines about Git.
         let logs = setpoint.logs();
         let lines: Vec<&str> = logs
             .lines()
             .filter(|l| l.contains("fetch") || l.contains("git"))
             .collect();
         println!(
-            "  {} warnings about Git, the last ones:\n{}",
+            "  {} lines about Git, the last ones:\n{}",
             lines.len(),
             lines[lines.len().saturating_sub(5)..].join("\n")
         );
     }
     drop(setpoint);
     queue.delete_topology().await.ok();
+    // The next fleet starts on an API server that is done deleting this one
+    // (tens of thousands of objects at 10,000 apps).
+    let namespaces = kube::Api::<Namespace>::all(ns.client.clone());
+    namespaces.delete(&ns.name, &Default::default()).await.ok();
+    wait_for("the fleet's namespace deleted", deadline, || async {
+        match namespaces.get_opt(&ns.name).await {
+            Ok(None) => Ok(()),
+            Ok(Some(_)) => Err("still there".to_string()),
+            Err(error) => Err(error.to_string()),
+        }
+    })
+    .await;
 }
 
 async fn latencies() {
@@ -417,9 +630,15 @@ async fn main() {
         if only != "fleet" {
             latencies().await;
         }
-        let fleets = std::env::var("SETPOINT_BENCH_FLEETS").unwrap_or_else(|_| "100,1000".into());
-        for size in fleets.split(',').filter_map(|s| s.trim().parse().ok()) {
-            fleet(size).await;
+        println!(
+            "  | apps   | phase                  |     time |     CPU | API CPU | API reads | writes | dry runs |  Git |"
+        );
+        for size in list("SETPOINT_BENCH_FLEETS", "100,1000") {
+            for repos in list("SETPOINT_BENCH_REPOS", "1") {
+                for concurrency in list("SETPOINT_BENCH_CONCURRENCY", "16") {
+                    fleet(size, repos, concurrency).await;
+                }
+            }
         }
     }
     if only == "fleet" {

@@ -105,6 +105,12 @@ pub const SETTINGS: &[Setting] = &[
         "",
     ),
     setting(
+        "queue.queueType",
+        "SETPOINT_AMQP_QUEUE_TYPE",
+        Kind::OneOf(&["quorum", "classic"]),
+        "quorum",
+    ),
+    setting(
         "queue.prefix",
         "SETPOINT_AMQP_PREFIX",
         Kind::Text,
@@ -201,7 +207,7 @@ pub const SETTINGS: &[Setting] = &[
         "worker.concurrency",
         "SETPOINT_CONCURRENCY",
         Kind::Count { min: 1, max: 1024 },
-        "8",
+        "16",
     ),
     setting(
         "worker.shutdownGrace",
@@ -319,6 +325,30 @@ pub const SETTINGS: &[Setting] = &[
         Kind::Duration,
         "5m",
     ),
+    setting(
+        "gitlab.apiURL",
+        "SETPOINT_GITLAB_API_URL",
+        Kind::Text,
+        "https://gitlab.com/api/v4",
+    ),
+    setting(
+        "gitlab.tokenFile",
+        "SETPOINT_GITLAB_API_TOKEN_FILE",
+        Kind::Path,
+        "",
+    ),
+    setting(
+        "previews.concurrency",
+        "SETPOINT_PREVIEW_CONCURRENCY",
+        Kind::Count { min: 1, max: 64 },
+        "2",
+    ),
+    setting(
+        "previews.forks",
+        "SETPOINT_PREVIEW_FORKS",
+        Kind::Flag,
+        "false",
+    ),
 ];
 
 /// Keys that would put a secret in the file, and where it belongs instead.
@@ -342,6 +372,10 @@ const SECRET_KEYS: &[(&str, &str)] = &[
     ),
     ("git.password", "git.passwordFile or SETPOINT_GIT_PASSWORD"),
     ("github.token", "github.tokenFile or SETPOINT_GITHUB_TOKEN"),
+    (
+        "gitlab.token",
+        "gitlab.tokenFile or SETPOINT_GITLAB_API_TOKEN",
+    ),
 ];
 
 /// One problem in a file, by key.

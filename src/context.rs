@@ -4,7 +4,6 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use http::{Method, Request};
@@ -12,6 +11,7 @@ use kube::client::{Body, ClientBuilder};
 use kube::runtime::events::Reporter;
 use kube::runtime::reflector::Store;
 use kube::{Client, Config};
+use prometheus_client::metrics::counter::Counter;
 use tower::util::MapRequestLayer;
 
 use crate::api::Application;
@@ -56,6 +56,8 @@ pub struct Inner {
     /// The Applications the process's watch holds (when it runs one): the
     /// reconcile reads its dependencies (`spec.dependsOn`) here.
     applications: OnceLock<Store<Application>>,
+    /// Pull request previews: settings, and where they are posted.
+    previews: OnceLock<crate::preview::Previews>,
 }
 
 impl std::ops::Deref for Context {
@@ -78,7 +80,8 @@ impl Context {
         tenancy: Tenancy,
         commit_statuses: Option<CommitStatuses>,
     ) -> Result<Self, kube::Error> {
-        let requests = RequestCounter::default();
+        let metrics = Metrics::new();
+        let requests = RequestCounter::from_metrics(&metrics);
         let client = counted_client(config, &requests)?;
         let reporter = Reporter {
             controller: "setpoint".into(),
@@ -86,7 +89,6 @@ impl Context {
                 .ok()
                 .or_else(|| std::env::var("HOSTNAME").ok()),
         };
-        let metrics = Metrics::new();
         Ok(Self(Arc::new(Inner {
             client,
             requests,
@@ -107,12 +109,26 @@ impl Context {
             tenancy,
             impersonated: Mutex::default(),
             applications: OnceLock::new(),
+            previews: OnceLock::new(),
         })))
     }
 
     /// Hands the reconcile the watch's Application store (once).
     pub fn set_applications(&self, store: Store<Application>) {
         let _ = self.applications.set(store);
+    }
+
+    /// Sets the previews' settings and clients (once, at start).
+    pub fn set_previews(&self, previews: crate::preview::Previews) {
+        let _ = self.previews.set(previews);
+    }
+
+    /// The previews' settings and clients (defaults until set).
+    pub fn previews(&self) -> &crate::preview::Previews {
+        static DEFAULT: OnceLock<crate::preview::Previews> = OnceLock::new();
+        self.previews
+            .get()
+            .unwrap_or_else(|| DEFAULT.get_or_init(Default::default))
     }
 
     /// The watch's Application store, if this process runs one.
@@ -162,9 +178,10 @@ pub fn counted_client(config: Config, requests: &RequestCounter) -> Result<Clien
 /// How many requests went to the API server, reads, writes and dry runs
 /// apart: the idempotence tests and the benchmarks read it. A dry run
 /// (`dryRun=All`, the server-side diff's and the apply's) is a PATCH that
-/// persists nothing, so it is not counted as a write.
+/// persists nothing, so it is not counted as a write. `/metrics` shows the
+/// same counts as `setpoint_api_requests_total{kind}`.
 #[derive(Clone, Default)]
-pub struct RequestCounter(Arc<[AtomicU64; 3]>);
+pub struct RequestCounter([Counter; 3]);
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RequestCount {
@@ -174,6 +191,11 @@ pub struct RequestCount {
 }
 
 impl RequestCounter {
+    /// Counters registered in `metrics` (reads, writes, dry runs).
+    pub fn from_metrics(metrics: &Metrics) -> Self {
+        Self(["read", "write", "dry_run"].map(|kind| metrics.api_requests(kind)))
+    }
+
     fn record(&self, method: &Method, dry_run: bool) {
         let slot = if dry_run {
             2
@@ -182,14 +204,14 @@ impl RequestCounter {
         } else {
             1
         };
-        self.0[slot].fetch_add(1, Ordering::Relaxed);
+        self.0[slot].inc();
     }
 
     pub fn get(&self) -> RequestCount {
         RequestCount {
-            reads: self.0[0].load(Ordering::Relaxed),
-            writes: self.0[1].load(Ordering::Relaxed),
-            dry_runs: self.0[2].load(Ordering::Relaxed),
+            reads: self.0[0].get(),
+            writes: self.0[1].get(),
+            dry_runs: self.0[2].get(),
         }
     }
 }

@@ -71,6 +71,67 @@ pub enum Cause {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         version: Option<String>,
     },
+    /// A pull (merge) request was opened or pushed to: preview what its
+    /// head would change, as a comment, without touching the cluster. The
+    /// event's `app` is the pull request's key ([`PullRequest::key`]), not
+    /// an Application: previews have their own slots and permits.
+    Preview(Box<PullRequest>),
+}
+
+/// A pull request (GitHub) or merge request (GitLab) as a preview needs it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PullRequest {
+    /// `github` or `gitlab`.
+    pub provider: String,
+    /// The webhook delivery that announced it, for logs.
+    #[serde(default)]
+    pub delivery: String,
+    /// Every spelling of the base repository the payload gives.
+    pub repo_urls: Vec<String>,
+    /// Where to post: `owner/repo` on GitHub, the project id on GitLab.
+    pub project: String,
+    /// The pull request's number (GitLab: the merge request's iid).
+    pub number: u64,
+    /// The branch it would merge into (a name, not a ref).
+    pub base_branch: String,
+    /// The repository's default branch, for Applications following `HEAD`.
+    #[serde(default)]
+    pub default_branch: Option<String>,
+    /// The base branch's commit when the event was sent (GitHub says it;
+    /// GitLab's hook does not): the diff's base when the mirror lacks the
+    /// base branch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_sha: Option<String>,
+    /// The head commit to preview.
+    pub head_sha: String,
+    /// The ref that holds the head in the base repository:
+    /// `refs/pull/N/head` (GitHub), `refs/merge-requests/N/head` (GitLab).
+    pub head_ref: String,
+    /// The head lives in another repository (a fork).
+    #[serde(default)]
+    pub fork: bool,
+    /// When the Git host last updated the pull request (`updated_at`,
+    /// RFC 3339 in UTC): of several deliveries, the newest wins, whatever
+    /// order they arrived in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub updated_at: Option<String>,
+    /// The Applications that follow the base repository and branch, as the
+    /// webhook's index knew them; the worker keeps those the changes touch.
+    #[serde(default)]
+    pub apps: Vec<AppKey>,
+}
+
+impl PullRequest {
+    /// The key every event of one pull request carries as its `app`: the
+    /// queue's routing key (one shard per pull request) and the worker's
+    /// slot, so a burst of pushes coalesces.
+    pub fn key(&self) -> AppKey {
+        AppKey::new(
+            format!("{}-preview", self.provider),
+            format!("{}#{}", self.project.replace('/', ":"), self.number),
+        )
+    }
 }
 
 impl Cause {
@@ -85,6 +146,7 @@ impl Cause {
             Cause::Requeue => "requeue",
             Cause::DependencyChanged { .. } => "dependency",
             Cause::Chart { .. } => "chart",
+            Cause::Preview(_) => "preview",
         }
     }
 }
@@ -124,6 +186,19 @@ impl Event {
         }
     }
 
+    /// A live object of `app` changed (or its health did): the change is in
+    /// the cluster, not in Git, so the mirror as fetched within
+    /// [`DRIFT_GIT_AGE`] serves it. The health changes of a rollout a push
+    /// started then cost no second fetch, and a quiet repository is still
+    /// fetched for a drift after a while (as Argo CD compares against the
+    /// revision it last resolved until its next refresh).
+    pub fn drift(app: AppKey, object: String) -> Self {
+        let since = std::time::SystemTime::now()
+            .checked_sub(DRIFT_GIT_AGE)
+            .unwrap_or(std::time::UNIX_EPOCH);
+        Self::new(app, Cause::Drift { object }).with_fresh_since(Some(unix_millis(since)))
+    }
+
     /// See [`Event::fresh_since`]; `None` asks for a fetch.
     pub fn with_fresh_since(mut self, since: Option<u64>) -> Self {
         self.fresh_since = since;
@@ -143,6 +218,10 @@ impl Event {
         serde_json::from_slice(bytes)
     }
 }
+
+/// How old a fetch may be to serve a drift event: see [`Event::drift`].
+/// Three minutes, Argo CD's default `timeout.reconciliation`.
+pub const DRIFT_GIT_AGE: std::time::Duration = std::time::Duration::from_secs(180);
 
 /// Milliseconds since the Unix epoch (0 before it).
 pub fn unix_millis(at: std::time::SystemTime) -> u64 {
@@ -168,6 +247,23 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_drift_event_is_served_by_a_fetch_of_the_last_three_minutes() {
+        let now = unix_millis(std::time::SystemTime::now());
+        let drift = Event::drift(AppKey::new("team", "web"), "Deployment web".into());
+        let since = drift.fresh_since.unwrap();
+        let age = DRIFT_GIT_AGE.as_millis() as u64;
+        assert!(
+            since <= now - age + 1_000 && since + age + 1_000 >= now,
+            "{since} {now}"
+        );
+        let push = Event::new(AppKey::new("team", "web"), Cause::AppChanged);
+        assert!(
+            push.fresh_since.unwrap() >= now,
+            "other events ask for a fetch after them"
+        );
+    }
+
+    #[test]
     fn events_round_trip_as_json() {
         let event = Event::new(
             AppKey::new("team", "web"),
@@ -188,6 +284,36 @@ mod tests {
             String::from_utf8(event.to_bytes())
                 .unwrap()
                 .contains(r#""type":"webhook""#)
+        );
+    }
+
+    #[test]
+    fn previews_round_trip_keyed_by_their_pull_request() {
+        let pull = PullRequest {
+            provider: "github".into(),
+            delivery: "d-1".into(),
+            repo_urls: vec!["https://github.com/acme/deploy.git".into()],
+            project: "acme/deploy".into(),
+            number: 12,
+            base_branch: "main".into(),
+            default_branch: Some("main".into()),
+            base_sha: Some("1".repeat(40)),
+            head_sha: "2".repeat(40),
+            head_ref: "refs/pull/12/head".into(),
+            fork: false,
+            updated_at: Some("2026-12-04T17:00:00Z".into()),
+            apps: vec![AppKey::new("team", "web")],
+        };
+        let key = pull.key();
+        assert_eq!(key.to_string(), "github-preview/acme:deploy#12");
+        let event = Event::new(key, Cause::Preview(Box::new(pull)));
+        let back = Event::from_bytes(&event.to_bytes()).unwrap();
+        assert_eq!(back, event);
+        assert_eq!(back.cause.kind(), "preview");
+        assert!(
+            String::from_utf8(event.to_bytes())
+                .unwrap()
+                .contains(r#""type":"preview""#)
         );
     }
 

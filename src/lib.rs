@@ -15,6 +15,7 @@ pub mod ingest;
 pub mod logging;
 pub mod manifest;
 pub mod metrics;
+pub mod preview;
 pub mod queue;
 pub mod reconcile;
 pub mod report;

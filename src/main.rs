@@ -5,6 +5,13 @@ use setpoint::cli::{Cli, Command, run};
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::util::SubscriberInitExt as _;
 
+/// jemalloc rather than glibc's malloc: reconciles allocate and free many
+/// short-lived JSON values across the runtime's threads, the pattern in
+/// which glibc's per-thread arenas hold on to freed memory. Its effect alone
+/// is not measured yet (see README, Sizing).
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 fn main() -> anyhow::Result<()> {
     let mut cli = Cli::parse();
     // The file fills in the environment before anything else reads it, and

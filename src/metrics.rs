@@ -45,6 +45,15 @@ pub struct DryRunLabels {
     pub result: String,
 }
 
+/// A preview's provider and outcome: `posted` (changes or none), `failed`
+/// (a render or dry run failed: posted too), `error` (nothing could be
+/// posted), `skipped` (a fork's, with `previews.forks` off).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PreviewLabels {
+    pub provider: String,
+    pub outcome: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct KindLabels {
     pub group: String,
@@ -86,14 +95,23 @@ pub struct Inner {
     pub app_health: Family<AppStatusLabels, Gauge>,
     pub git_fetch_seconds: Histogram,
     pub git_requests: Family<GitRequestLabels, Counter>,
+    pub api_requests: Family<ApiRequestLabels, Counter>,
     pub render_runs: Family<RenderLabels, Counter>,
     pub commit_status_failures: Counter,
+    pub previews: Family<PreviewLabels, Counter>,
+    pub preview_seconds: Histogram,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct GitRequestLabels {
     /// The git command that went to the remote: `fetch`.
     pub op: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ApiRequestLabels {
+    /// `read` (GET), `write` (what persists) or `dry_run` (`dryRun=All`).
+    pub kind: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -217,6 +235,12 @@ impl Metrics {
             "Git commands that went to a remote repository, by operation (fetch), retries included",
             git_requests.clone(),
         );
+        let api_requests = Family::<ApiRequestLabels, Counter>::default();
+        registry.register(
+            "api_requests",
+            "Requests this process sent to the Kubernetes API server, by kind (read, write, dry_run: a dryRun=All request, which persists nothing)",
+            api_requests.clone(),
+        );
         let render_runs = Family::<RenderLabels, Counter>::default();
         registry.register(
             "render_runs",
@@ -228,6 +252,18 @@ impl Metrics {
             "github_commit_status_failures",
             "Commit statuses that could not be posted after their retries",
             commit_status_failures.clone(),
+        );
+        let previews = Family::<PreviewLabels, Counter>::default();
+        registry.register(
+            "previews",
+            "Pull request previews by provider and outcome (posted, failed: a render or dry run failed, error: nothing posted, skipped: a fork's)",
+            previews.clone(),
+        );
+        let preview_seconds = seconds_buckets();
+        registry.register(
+            "preview_duration_seconds",
+            "Duration of one pull request preview, from the event to the comment posted",
+            preview_seconds.clone(),
         );
         Metrics(Arc::new(Inner {
             registry,
@@ -245,8 +281,11 @@ impl Metrics {
             app_health,
             git_fetch_seconds,
             git_requests,
+            api_requests,
             render_runs,
             commit_status_failures,
+            previews,
+            preview_seconds,
         }))
     }
 
@@ -254,6 +293,13 @@ impl Metrics {
     pub fn git_fetches(&self) -> Counter {
         self.git_requests
             .get_or_create(&GitRequestLabels { op: "fetch".into() })
+            .clone()
+    }
+
+    /// The counter of API requests of one kind (`read`, `write`, `dry_run`).
+    pub fn api_requests(&self, kind: &str) -> Counter {
+        self.api_requests
+            .get_or_create(&ApiRequestLabels { kind: kind.into() })
             .clone()
     }
 

@@ -16,7 +16,7 @@ use crate::ingest::sweep::{self, LeaseSettings, SweepSettings};
 use crate::ingest::watch as live_watch;
 use crate::ingest::webhook::{self, WebhookSettings};
 use crate::metrics::Probes;
-use crate::queue::amqp::{AmqpQueue, AmqpSettings};
+use crate::queue::amqp::{AmqpQueue, AmqpSettings, QueueType};
 use crate::queue::memory::MemoryQueue;
 use crate::queue::{Metered, Queue, RetryPolicy};
 use crate::report::github::{self, CommitStatuses, GitHubSettings, HookRef, Redelivery};
@@ -37,12 +37,23 @@ pub struct Roles {
 
 #[derive(Args, Debug, Clone)]
 pub struct ServeOptions {
-    /// RabbitMQ; without it `run` uses the in-process queue.
-    #[arg(long, env = "SETPOINT_AMQP_URL", hide_env_values = true)]
-    pub amqp_url: Option<Secret>,
-    /// A file holding the RabbitMQ URL (it carries a password).
+    /// RabbitMQ; without it `run` uses the in-process queue. Repeated or
+    /// comma-separated for the nodes of a cluster, tried in turn.
+    #[arg(
+        long,
+        env = "SETPOINT_AMQP_URL",
+        hide_env_values = true,
+        value_delimiter = ','
+    )]
+    pub amqp_url: Vec<Secret>,
+    /// A file holding the RabbitMQ URL (it carries a password); several,
+    /// one a line or comma-separated.
     #[arg(long, env = "SETPOINT_AMQP_URL_FILE", conflicts_with = "amqp_url")]
     pub amqp_url_file: Option<PathBuf>,
+    /// What the shard, retry and parking queues are: quorum (replicated over
+    /// a cluster) or classic (for queues that already exist as classic).
+    #[arg(long, env = "SETPOINT_AMQP_QUEUE_TYPE", default_value = "quorum")]
+    pub amqp_queue_type: QueueType,
     /// Prefix of the exchanges and queues on RabbitMQ.
     #[arg(long, env = "SETPOINT_AMQP_PREFIX", default_value = "setpoint")]
     pub amqp_prefix: String,
@@ -109,7 +120,7 @@ pub struct ServeOptions {
     #[arg(long, env = "SETPOINT_WEBHOOK_REPLAY_WINDOW", default_value = "5m", value_parser = parse_duration)]
     pub replay_window: Duration,
     /// Reconciles at once in this process.
-    #[arg(long, env = "SETPOINT_CONCURRENCY", default_value_t = 8)]
+    #[arg(long, env = "SETPOINT_CONCURRENCY", default_value_t = 16)]
     pub concurrency: usize,
     /// Every Application is reconciled at least this often (e.g. 10m, 30s).
     #[arg(long, env = "SETPOINT_SWEEP_INTERVAL", default_value = "10m", value_parser = parse_duration)]
@@ -175,6 +186,28 @@ pub struct ServeOptions {
     /// How often those deliveries are looked at (and once at start).
     #[arg(long, env = "SETPOINT_GITHUB_REDELIVERY_INTERVAL", default_value = "5m", value_parser = parse_duration)]
     pub github_redelivery_interval: Duration,
+    /// The GitLab REST API (`https://HOST/api/v4` for a self-managed one),
+    /// where merge request previews are posted.
+    #[arg(long, env = "SETPOINT_GITLAB_API_URL", default_value = crate::preview::gitlab::DEFAULT_API_URL)]
+    pub gitlab_api_url: String,
+    /// A GitLab token that writes merge request notes (`api` scope).
+    #[arg(long, env = "SETPOINT_GITLAB_API_TOKEN", hide_env_values = true)]
+    pub gitlab_api_token: Option<Secret>,
+    /// A file holding that token.
+    #[arg(
+        long,
+        env = "SETPOINT_GITLAB_API_TOKEN_FILE",
+        conflicts_with = "gitlab_api_token"
+    )]
+    pub gitlab_api_token_file: Option<PathBuf>,
+    /// Pull request previews at once in each worker, apart from the
+    /// reconciles (`--concurrency`), so previews never delay a sync.
+    #[arg(long, env = "SETPOINT_PREVIEW_CONCURRENCY", default_value_t = 2)]
+    pub preview_concurrency: usize,
+    /// Preview pull requests whose head is in a fork too (rendered in the
+    /// same sandbox as any render).
+    #[arg(long, env = "SETPOINT_PREVIEW_FORKS", default_value_t = false, action = clap::ArgAction::Set)]
+    pub preview_forks: bool,
 }
 
 /// `500ms`, `30s`, `10m`, `1h`.
@@ -236,6 +269,36 @@ fn github_settings(options: &ServeOptions) -> anyhow::Result<Option<GitHubSettin
     }))
 }
 
+/// The previews' settings, and where they can be posted (a token each).
+fn previews(
+    options: &ServeOptions,
+    github: Option<&GitHubSettings>,
+) -> anyhow::Result<crate::preview::Previews> {
+    let gitlab_token = secrets(
+        options.gitlab_api_token.as_slice(),
+        options.gitlab_api_token_file.as_slice(),
+    )?
+    .into_iter()
+    .next()
+    .filter(|token| !token.is_empty());
+    let gitlab = match gitlab_token {
+        Some(token) => Some(crate::preview::gitlab::Notes::new(
+            &options.gitlab_api_url,
+            &token,
+        )?),
+        None => None,
+    };
+    Ok(crate::preview::Previews {
+        settings: crate::preview::PreviewSettings {
+            forks: options.preview_forks,
+            concurrency: options.preview_concurrency.max(1),
+            ..Default::default()
+        },
+        github: github.map(github::PullRequests::new).transpose()?,
+        gitlab,
+    })
+}
+
 pub async fn serve(
     options: ServeOptions,
     roles: Roles,
@@ -255,15 +318,25 @@ pub async fn serve(
         _ => None,
     };
     let ctx = Context::with_commit_statuses(config, cache_dir.clone(), tenancy, commit_statuses)?;
+    if roles.worker {
+        ctx.set_previews(previews(&options, github.as_ref())?);
+    }
     let retry = RetryPolicy {
         max_attempts: options.max_attempts,
         initial: options.retry_initial,
         ..Default::default()
     };
     let mut amqp = None;
-    let amqp_url = match (&options.amqp_url, &options.amqp_url_file) {
-        (Some(url), _) => Some(url.expose().to_string()),
-        (None, Some(file)) => Some(
+    let amqp_url = match (options.amqp_url.as_slice(), &options.amqp_url_file) {
+        ([_, ..], _) => Some(
+            options
+                .amqp_url
+                .iter()
+                .map(Secret::expose)
+                .collect::<Vec<_>>()
+                .join(","),
+        ),
+        ([], Some(file)) => Some(
             std::fs::read_to_string(file)
                 .map_err(|e| {
                     anyhow::anyhow!("cannot read the AMQP URL file {}: {e}", file.display())
@@ -271,12 +344,13 @@ pub async fn serve(
                 .trim()
                 .to_string(),
         ),
-        (None, None) => None,
+        ([], None) => None,
     };
     let queue: Arc<dyn Queue> = match &amqp_url {
         Some(url) => {
             let queue = AmqpQueue::connect(AmqpSettings {
                 url: url.clone(),
+                queue_type: options.amqp_queue_type,
                 prefix: options.amqp_prefix.clone(),
                 shards: options.shards,
                 retry,
@@ -384,6 +458,7 @@ pub async fn serve(
             concurrency: options.concurrency,
             record: options.record.clone(),
             grace: options.shutdown_grace,
+            preview_concurrency: options.preview_concurrency.max(1),
             ..WorkerSettings::default()
         };
         let (ctx, queue, shutdown) = (ctx.clone(), queue.clone(), shutdown.clone());

@@ -8,6 +8,11 @@
 //! - Different Applications reconcile in parallel, up to `concurrency`.
 //! - A delivery is acknowledged only after the reconcile that covers it
 //!   finished; transient failures go back to the queue with backoff.
+//! - Previews of pull requests (`Cause::Preview`) take their own slots,
+//!   keyed by the pull request, and their own permits
+//!   (`preview_concurrency`), so they never hold back a reconcile; a burst
+//!   of pushes to one pull request is covered by one preview of its newest
+//!   head.
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -37,6 +42,8 @@ pub struct WorkerSettings {
     pub record: Option<PathBuf>,
     /// Check back this long after a reconcile that left something progressing.
     pub requeue_after: Duration,
+    /// Pull request previews running at once, apart from the reconciles.
+    pub preview_concurrency: usize,
 }
 
 impl Default for WorkerSettings {
@@ -47,6 +54,7 @@ impl Default for WorkerSettings {
             grace: Duration::from_secs(30),
             record: None,
             requeue_after: Duration::from_secs(5),
+            preview_concurrency: 2,
         }
     }
 }
@@ -70,6 +78,14 @@ struct Shared {
     permits: Semaphore,
     /// Applications being reconciled, with what waits for them.
     slots: Mutex<HashMap<AppKey, Slot>>,
+    /// Previews' permits, apart from `permits`.
+    preview_permits: Semaphore,
+    /// Pull requests being previewed (by `PullRequest::key`), with the
+    /// deliveries that came meanwhile.
+    previews: Mutex<HashMap<AppKey, Vec<Delivery>>>,
+    /// The newest `updated_at` previewed per pull request: a delivery of
+    /// an older state arriving late is not previewed over a newer one.
+    previewed: Mutex<HashMap<AppKey, String>>,
     /// Applications with a requeue already scheduled.
     requeues: Mutex<std::collections::HashSet<AppKey>>,
     id: String,
@@ -99,6 +115,9 @@ pub async fn run(
         ctx,
         queue: queue.clone(),
         permits: Semaphore::new(settings.concurrency.max(1)),
+        preview_permits: Semaphore::new(settings.preview_concurrency.max(1)),
+        previews: Mutex::new(HashMap::new()),
+        previewed: Mutex::new(HashMap::new()),
         settings: settings.clone(),
         slots: Mutex::new(HashMap::new()),
         requeues: Mutex::new(Default::default()),
@@ -133,21 +152,32 @@ pub async fn run(
     if finished.is_err() {
         tasks.abort_all();
     }
-    let waiting: Vec<Delivery> = {
+    let mut waiting: Vec<Delivery> = {
         let mut slots = shared.slots.lock().expect("slots lock");
         slots.drain().flat_map(|(_, slot)| slot.waiting).collect()
     };
+    waiting.extend(
+        shared
+            .previews
+            .lock()
+            .expect("previews lock")
+            .drain()
+            .flat_map(|(_, waiting)| waiting),
+    );
     for delivery in waiting {
         let _ = delivery.requeue().await;
     }
     Ok(())
 }
 
-/// Takes one delivery: starts a reconcile task, or joins the one running.
-fn accept(
-    shared: &Arc<Shared>,
-    delivery: Delivery,
-) -> Option<impl std::future::Future<Output = ()> + Send + 'static> {
+type Task = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'static>>;
+
+/// Takes one delivery: starts a reconcile (or preview) task, or joins the
+/// one running.
+fn accept(shared: &Arc<Shared>, delivery: Delivery) -> Option<Task> {
+    if matches!(delivery.event.cause, Cause::Preview(_)) {
+        return accept_preview(shared, delivery);
+    }
     let app = delivery.event.app.clone();
     let mut slots = shared.slots.lock().expect("slots lock");
     if let Some(slot) = slots.get_mut(&app) {
@@ -161,7 +191,115 @@ fn accept(
     slots.insert(app.clone(), Slot::default());
     drop(slots);
     let shared = shared.clone();
-    Some(async move { drive(shared, app, first).await })
+    Some(Box::pin(async move { drive(shared, app, first).await }))
+}
+
+/// A preview: joins the pull request's slot, or starts its task.
+fn accept_preview(shared: &Arc<Shared>, delivery: Delivery) -> Option<Task> {
+    let key = delivery.event.app.clone();
+    let mut previews = shared.previews.lock().expect("previews lock");
+    if let Some(waiting) = previews.get_mut(&key) {
+        waiting.push(delivery);
+        return None;
+    }
+    previews.insert(key.clone(), vec![delivery]);
+    drop(previews);
+    let shared = shared.clone();
+    Some(Box::pin(async move { drive_preview(shared, key).await }))
+}
+
+/// The pull request of `batch` to preview: the newest `updated_at`, and
+/// of equals (or without one) the last delivered (one pull request's
+/// events share a shard, in order).
+fn newest_preview(batch: &[Delivery]) -> Option<(crate::event::PullRequest, String)> {
+    batch
+        .iter()
+        .enumerate()
+        .filter_map(|(i, d)| match &d.event.cause {
+            Cause::Preview(pull) => Some((i, pull, &d.event.id)),
+            _ => None,
+        })
+        .max_by(|a, b| (&a.1.updated_at, a.0).cmp(&(&b.1.updated_at, b.0)))
+        .map(|(_, pull, id)| ((**pull).clone(), id.clone()))
+}
+
+/// Previews one pull request until no delivery waits for it: each round
+/// takes, once it holds a permit, every delivery that came so far and
+/// previews the newest head among them (`newest_preview`).
+async fn drive_preview(shared: Arc<Shared>, key: AppKey) {
+    loop {
+        let _permit = shared
+            .preview_permits
+            .acquire()
+            .await
+            .expect("the semaphore stays open");
+        let batch = std::mem::take(
+            shared
+                .previews
+                .lock()
+                .expect("previews lock")
+                .get_mut(&key)
+                .expect("a running preview has a slot"),
+        );
+        if shared.stopping.load(std::sync::atomic::Ordering::SeqCst) {
+            shared.previews.lock().expect("previews lock").remove(&key);
+            for delivery in batch {
+                let _ = delivery.requeue().await;
+            }
+            return;
+        }
+        let newest = newest_preview(&batch).filter(|(pull, _)| {
+            let previewed = shared.previewed.lock().expect("previewed lock");
+            match (&pull.updated_at, previewed.get(&key)) {
+                (Some(at), Some(done)) => at >= done,
+                _ => true,
+            }
+        });
+        if let Some((pull, event_id)) = newest {
+            if let Some(at) = &pull.updated_at {
+                let mut previewed = shared.previewed.lock().expect("previewed lock");
+                // A bound on what is remembered: forgetting only allows an
+                // old delivery arriving very late to be previewed.
+                if previewed.len() > 10_000 {
+                    previewed.clear();
+                }
+                previewed.insert(key.clone(), at.clone());
+            }
+            let span = tracing::info_span!("preview", pull = %key, event = %event_id, delivery = %pull.delivery, head = %pull.head_sha, coalesced = batch.len());
+            let result =
+                tracing::Instrument::instrument(crate::preview::run(&shared.ctx, &pull), span)
+                    .await;
+            match result {
+                Ok(report) => tracing::info!(
+                    pull = %key,
+                    head = %pull.head_sha,
+                    applications = report.previews.len(),
+                    changed_files = report.changed_files,
+                    posted = report.posted,
+                    skipped = report.skipped.unwrap_or_default(),
+                    "previewed"
+                ),
+                Err(error) => tracing::warn!(
+                    pull = %key,
+                    head = %pull.head_sha,
+                    error = %crate::report::events::error_chain(&error),
+                    "preview failed"
+                ),
+            }
+        }
+        // A preview is advice: one that failed is not retried (the next
+        // push previews again).
+        for delivery in batch {
+            if let Err(e) = delivery.ack().await {
+                tracing::warn!(pull = %key, error = %e, "failed to ack; the broker redelivers");
+            }
+        }
+        let mut previews = shared.previews.lock().expect("previews lock");
+        if previews.get(&key).is_none_or(Vec::is_empty) {
+            previews.remove(&key);
+            return;
+        }
+    }
 }
 
 fn absorb(slot: &mut Slot, event: &Event) {
@@ -273,6 +411,7 @@ async fn reconcile_in_span(shared: &Shared, app: &AppKey, batch: &Slot) -> Settl
         known_commit: batch.revision.clone(),
         fresh_since: fresh_since(batch),
         changed_input: changed_input(batch),
+        dry_run_creates: false,
     };
     shared.record_line("start", app);
     let started = std::time::Instant::now();
@@ -392,4 +531,69 @@ pub fn hostname() -> String {
                 .map(|h| h.trim().to_string())
         })
         .unwrap_or_else(|| "setpoint".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use async_trait::async_trait;
+
+    use super::*;
+    use crate::event::PullRequest;
+    use crate::queue::{Acker, QueueError};
+
+    struct NoAck;
+
+    #[async_trait]
+    impl Acker for NoAck {
+        async fn ack(self: Box<Self>) -> Result<(), QueueError> {
+            Ok(())
+        }
+        async fn retry(self: Box<Self>, _: &str) -> Result<(), QueueError> {
+            Ok(())
+        }
+        async fn requeue(self: Box<Self>) -> Result<(), QueueError> {
+            Ok(())
+        }
+    }
+
+    fn preview(head: char, updated_at: Option<&str>) -> Delivery {
+        let pull = PullRequest {
+            provider: "github".into(),
+            delivery: String::new(),
+            repo_urls: vec![],
+            project: "acme/deploy".into(),
+            number: 1,
+            base_branch: "main".into(),
+            default_branch: None,
+            base_sha: None,
+            head_sha: head.to_string().repeat(40),
+            head_ref: "refs/pull/1/head".into(),
+            fork: false,
+            updated_at: updated_at.map(Into::into),
+            apps: vec![],
+        };
+        Delivery {
+            event: Event::new(pull.key(), Cause::Preview(Box::new(pull))),
+            acker: Box::new(NoAck),
+        }
+    }
+
+    fn head_of(batch: &[Delivery]) -> String {
+        newest_preview(batch).unwrap().0.head_sha[..1].to_string()
+    }
+
+    #[test]
+    fn a_burst_previews_its_newest_head() {
+        // In the order they came, when the host gives no time.
+        let batch = [preview('a', None), preview('b', None), preview('c', None)];
+        assert_eq!(head_of(&batch), "c");
+        // By the host's `updated_at`, whatever the order they came in.
+        let batch = [
+            preview('a', Some("2026-12-04T17:00:01Z")),
+            preview('c', Some("2026-12-04T17:00:03Z")),
+            preview('b', Some("2026-12-04T17:00:02Z")),
+        ];
+        assert_eq!(head_of(&batch), "c");
+        assert!(newest_preview(&[]).is_none());
+    }
 }

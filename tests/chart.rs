@@ -438,7 +438,7 @@ fn assert_roles(objects: &[Value]) {
         "the worker's Git mirrors get worker.cache"
     );
     let worker = container(worker);
-    assert_eq!(flag(worker, "--concurrency").as_deref(), Some("8"));
+    assert_eq!(flag(worker, "--concurrency").as_deref(), Some("16"));
 
     let webhook = container(deployment(objects, "webhook"));
     assert_eq!(flag(webhook, "--listen").as_deref(), Some("0.0.0.0:8080"));

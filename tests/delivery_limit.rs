@@ -178,6 +178,7 @@ async fn an_event_that_kills_its_workers_is_parked_while_others_sync() {
     let prefix = amqp_prefix("crashloop");
     let queue = AmqpQueue::connect(AmqpSettings {
         url: amqp_url(),
+        queue_type: support::amqp_queue_type(),
         prefix: prefix.clone(),
         ..AmqpSettings::default()
     })

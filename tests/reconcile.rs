@@ -300,6 +300,66 @@ async fn a_file_removed_from_git_is_pruned_only_with_prune_on() {
 }
 
 #[tokio::test]
+async fn an_object_labelled_for_the_app_that_no_status_recorded_is_pruned_by_a_manual_sync() {
+    // A reconcile applied it, its status write was lost, and Git dropped it
+    // since: reconciles read the status's inventory (a GET per object, of
+    // constant cost however many objects share the namespace) and do not
+    // see it; a manual sync reads by label and prunes it.
+    let ns = TestNamespace::new("inventory").await;
+    install_crd(&ns.client).await;
+    let (ctx, _cache) = context().await;
+    let repo = GitRepo::new();
+    repo.write("app/a.yaml", &configmap_yaml("a", "1"));
+    repo.commit("one config map");
+    create_app(&ns, "web", &repo.url(), "app", automated(true, true)).await;
+    let first = reconcile_app(&ctx, &ns, "web", &Request::default())
+        .await
+        .unwrap();
+    assert_eq!(first.status.sync.status, Sync::Synced);
+    let config_maps = ns.api::<ConfigMap>();
+    let mut stray: ConfigMap = serde_yaml::from_str(&configmap_yaml("stray", "1")).unwrap();
+    stray.metadata.labels = Some([("setpoint.dev/app".into(), format!("{}.web", ns.name))].into());
+    stray.metadata.annotations =
+        Some([("setpoint.dev/app".into(), format!("{}/web", ns.name))].into());
+    config_maps
+        .create(&Default::default(), &stray)
+        .await
+        .unwrap();
+
+    let automatic = reconcile_app(&ctx, &ns, "web", &Request::default())
+        .await
+        .unwrap();
+    assert!(automatic.pruned.is_empty(), "{:?}", automatic.pruned);
+    assert!(config_maps.get_opt("stray").await.unwrap().is_some());
+
+    let manual = Request {
+        manual: true,
+        ..Default::default()
+    };
+    let synced = reconcile_app(&ctx, &ns, "web", &manual).await.unwrap();
+    assert_eq!(
+        synced
+            .pruned
+            .iter()
+            .map(|id| id.name.as_str())
+            .collect::<Vec<_>>(),
+        ["stray"]
+    );
+    wait_for("stray deleted", DEADLINE, || async {
+        match config_maps
+            .get_opt("stray")
+            .await
+            .map_err(|e| e.to_string())?
+        {
+            None => Ok(()),
+            Some(_) => Err("still there".into()),
+        }
+    })
+    .await;
+    assert!(config_maps.get_opt("a").await.unwrap().is_some());
+}
+
+#[tokio::test]
 async fn broken_yaml_stalls_touches_nothing_and_the_fix_syncs() {
     let ns = TestNamespace::new("broken").await;
     install_crd(&ns.client).await;

@@ -62,6 +62,7 @@ async fn a_sigterm_during_a_burst_loses_nothing() {
     let prefix = amqp_prefix("sigterm");
     let queue = AmqpQueue::connect(AmqpSettings {
         url: amqp_url(),
+        queue_type: support::amqp_queue_type(),
         prefix: prefix.clone(),
         ..AmqpSettings::default()
     })

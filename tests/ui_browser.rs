@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use fantoccini::{Client, ClientBuilder, Locator};
 use k8s_openapi::api::apps::v1::Deployment;
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::{Patch, PatchParams};
 use setpoint::api::SyncPolicy;
 use support::app::{automated, create_app, deployment_yaml, install_crd, synced_at};
 use support::process::{Setpoint, free_port, post};
@@ -90,7 +90,10 @@ async fn text_of(browser: &Client, css: &str) -> Result<String, String> {
     element.text().await.map_err(|e| e.to_string())
 }
 
-async fn log_in(browser: &Client, port: u16, token: &str) {
+/// Logs in with `token` and waits until the page names the viewer `who`:
+/// the login's redirect has landed and its cookie is set, so the next
+/// navigation cannot cancel it.
+async fn log_in(browser: &Client, port: u16, token: &str, who: &str) {
     browser
         .goto(&format!("http://127.0.0.1:{port}/login"))
         .await
@@ -109,6 +112,41 @@ async fn log_in(browser: &Client, port: u16, token: &str) {
         .click()
         .await
         .unwrap();
+    wait_for(
+        &format!("the dashboard to name {who}"),
+        Duration::from_secs(20),
+        || async {
+            let viewer = text_of(browser, "span.viewer").await?;
+            match viewer.ends_with(&format!(":{who}")) {
+                true => Ok(()),
+                false => Err(viewer),
+            }
+        },
+    )
+    .await;
+}
+
+/// Logs out and waits for the login form (the cookie is cleared).
+async fn log_out(browser: &Client) {
+    browser
+        .find(Locator::Css("header form button"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    wait_for(
+        "the login form after logging out",
+        Duration::from_secs(20),
+        || async {
+            browser
+                .find(Locator::Id("token"))
+                .await
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        },
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -162,7 +200,7 @@ async fn the_dashboard_in_chromium_shows_state_drift_live_and_syncs_for_those_wh
     let browser = driver.browser().await;
 
     // The read-only viewer: the list with sync and health.
-    log_in(&browser, port, &reader).await;
+    log_in(&browser, port, &reader, "reader").await;
     wait_for("the list to show web and api Synced", DEADLINE, || async {
         browser
             .goto(&format!("http://127.0.0.1:{port}/"))
@@ -262,14 +300,8 @@ async fn the_dashboard_in_chromium_shows_state_drift_live_and_syncs_for_those_wh
     assert_eq!(refused, serde_json::json!(403));
 
     // The viewer allowed to patch: the Sync button syncs.
-    browser
-        .find(Locator::Css("header form button"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
-    log_in(&browser, port, &editor).await;
+    log_out(&browser).await;
+    log_in(&browser, port, &editor, "editor").await;
     browser
         .goto(&format!(
             "http://127.0.0.1:{port}/applications/{}/settings",

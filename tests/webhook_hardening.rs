@@ -148,11 +148,13 @@ async fn fifty_large_unauthenticated_bodies_leave_the_memory_bounded_and_all_are
         *counts.entry(*status).or_insert(0) += 1;
     }
     println!("answers: {counts:?}");
+    // 408: on a loaded machine some of the 50 senders do not get their
+    // 24 MiB through within the read deadline; that is an answer too.
     assert!(
         statuses
             .iter()
-            .all(|s| matches!(s, Some(401) | Some(413) | Some(503))),
-        "every request answered 401, 413 or 503: {counts:?}"
+            .all(|s| matches!(s, Some(401) | Some(408) | Some(413) | Some(503))),
+        "every request answered 401, 408, 413 or 503: {counts:?}"
     );
     assert!(
         peak < 150.0,
@@ -290,6 +292,21 @@ async fn a_replayed_push_is_dropped_across_a_restart_and_enqueues_nothing() {
     let (mut second, metrics_port) = webhook(&ns.name, &prefix, other_cache.path(), &[]);
     second.wait_http().await;
     let port = second.port.unwrap();
+    // Its index must hold the Application first: a push that reaches none
+    // is answered before any replay check (seen under load, where the
+    // Application watch's first list took longer than the first request).
+    wait_for(
+        "the second index to hold app a",
+        Duration::from_secs(60),
+        || async {
+            let metrics = support::process::scrape(metrics_port)?;
+            match sample(&metrics, "setpoint_applications_indexed") {
+                Some(n) if n >= 1.0 => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
     let (code, reply) = post_github(port, Some(SECRET), "replayed-with-a-new-id", &body);
     assert_eq!((code, reply.as_str()), (200, r#"{"duplicate":true}"#));
 

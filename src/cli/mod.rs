@@ -70,6 +70,11 @@ pub enum Command {
     Diff {
         /// NAMESPACE/NAME
         app: String,
+        /// Preview another revision instead (a branch, a tag, a commit, or
+        /// a pull request's ref such as refs/pull/12/head): the same text a
+        /// pull request's preview posts; exit 0 no changes, 1 changes, 2 error.
+        #[arg(long)]
+        revision: Option<String>,
     },
 }
 
@@ -202,7 +207,17 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
                 }
             }
         }
-        Command::Diff { app } => {
+        Command::Diff {
+            app,
+            revision: Some(revision),
+        } => {
+            let (ctx, application) = load(&cli.cache_dir, &cli.tenancy, &app).await?;
+            Ok(diff_revision(&ctx, &application, &revision).await)
+        }
+        Command::Diff {
+            app,
+            revision: None,
+        } => {
             let (ctx, application) = load(&cli.cache_dir, &cli.tenancy, &app).await?;
             let request = Request {
                 dry_run: true,
@@ -225,6 +240,61 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
             }
         }
     }
+}
+
+/// `setpoint diff --revision`: the preview of `revision` for one
+/// Application, as a pull request's comment shows it. A ref outside
+/// branches and tags (`refs/pull/N/head`, `refs/merge-requests/N/head`) is
+/// fetched from the Application's repository first.
+async fn diff_revision(ctx: &Context, app: &Application, revision: &str) -> i32 {
+    use crate::preview::render::{self, AppPreview, Failure};
+    let special = revision.starts_with("refs/")
+        && !revision.starts_with("refs/heads/")
+        && !revision.starts_with("refs/tags/");
+    let commit = if special {
+        let fetched = async {
+            let credentials = reconcile::source_credentials(ctx, app).await?;
+            Ok::<_, reconcile::ReconcileError>(
+                ctx.git
+                    .fetch_pull_head(
+                        &app.spec.source.repo_url,
+                        credentials.as_ref(),
+                        revision,
+                        None,
+                    )
+                    .await?,
+            )
+        };
+        match fetched.await {
+            Ok(commit) => commit,
+            Err(error) => {
+                eprintln!("error: {}", crate::report::events::error_chain(&error));
+                return 2;
+            }
+        }
+    } else {
+        revision.to_string()
+    };
+    let key = crate::event::AppKey::new(
+        app.metadata.namespace.clone().unwrap_or_default(),
+        app.metadata.name.clone().unwrap_or_default(),
+    );
+    let result = render::changes(ctx, app, &commit).await;
+    let code = match &result {
+        Ok(changes) if changes.is_empty() => 0,
+        Ok(_) => 1,
+        Err(_) => 2,
+    };
+    let preview = AppPreview {
+        app: key,
+        input: None,
+        result: result.map_err(|error| Failure::from_error(&error)),
+    };
+    println!("{revision}:");
+    for line in crate::preview::body::app_lines(&preview) {
+        println!("{line}");
+    }
+    code
 }
 
 /// The CRD, as committed under config/crd/ and charts/setpoint/crds/.

@@ -98,12 +98,12 @@ pub struct AppReflector {
     pub routes: Option<Arc<StoreIndex>>,
 }
 
-fn key_of(app: &Application) -> AppKey {
+pub(crate) fn key_of(app: &Application) -> AppKey {
     AppKey::new(app.namespace().unwrap_or_default(), app.name_any())
 }
 
 /// What the webhook needs of one Application.
-fn source_of(app: &Application) -> AppSource {
+pub(crate) fn source_of(app: &Application) -> AppSource {
     AppSource {
         key: key_of(app),
         repo_url: app.spec.source.repo_url.clone(),

@@ -24,6 +24,7 @@ use futures::{StreamExt, TryStreamExt};
 use kube::api::DynamicObject;
 use kube::core::GroupVersionKind;
 use kube::discovery::ApiResource;
+use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::watcher::{self, Event as WatchEvent};
 use kube::{Api, Client, ResourceExt};
@@ -148,12 +149,17 @@ pub async fn run(
     let mut dependents = Dependents::default();
     let mut due: BTreeMap<AppKey, Due> = BTreeMap::new();
     let mut listing = true;
+    let mut targets = Targets::default();
     tracing::info!(%scope, "watching Applications");
     let admitted = scope.clone();
     let AppReflector { writer, routes } = reflect;
     let stream = reflector::reflector(
         writer,
         watcher::watcher(scope.applications(client.clone()), watch_config())
+            // Nothing reads an Application's managedFields (its status
+            // writes make them a large part of it): the store, held for
+            // every Application, keeps them out.
+            .modify(|app| app.managed_fields_mut().clear())
             .filter(move |event| {
                 let keep = event.as_ref().map_or(true, |event| admitted.admits(event));
                 std::future::ready(keep)
@@ -186,9 +192,15 @@ pub async fn run(
         };
         match event {
             WatchEvent::Init => listing = true,
-            WatchEvent::InitDone => listing = false,
+            WatchEvent::InitDone => {
+                listing = false;
+                targets.rebuild(&store.state(), &scope);
+            }
             WatchEvent::InitApply(app) | WatchEvent::Apply(app) => {
                 let key = AppKey::new(app.namespace().unwrap_or_default(), app.name_any());
+                if !listing {
+                    targets.set(key.clone(), targets_of(&app, &scope));
+                }
                 match dependents.apply(&app) {
                     Due::Nothing => {}
                     // Ready wins over a change seen earlier in the listing.
@@ -220,6 +232,7 @@ pub async fn run(
             }
             WatchEvent::Delete(app) => {
                 let key = AppKey::new(app.namespace().unwrap_or_default(), app.name_any());
+                targets.remove(&key);
                 dependents.delete(&key);
                 due.entry(key.clone()).or_insert(Due::Changed);
                 generations.remove(&key);
@@ -241,11 +254,10 @@ pub async fn run(
             }
         }
         if objects && !listing {
-            let targets = watch_targets(&store.state(), &scope);
             watches
                 .lock()
                 .expect("watches lock")
-                .sync(&client, &queue, &scope, targets);
+                .sync(&client, &queue, &scope, targets.wanted());
         }
     }
 }
@@ -312,11 +324,11 @@ impl std::fmt::Display for Target {
     }
 }
 
-/// The watches the Applications' last statuses call for: one per kind
+/// The watches one Application's last status calls for: one per kind
 /// cluster-wide; with a scope, one per kind and namespace its objects are
 /// in (a cluster-scoped kind's objects have none), so that Roles in those
 /// namespaces are enough.
-fn watch_targets(apps: &[Arc<Application>], scope: &Scope) -> BTreeSet<Target> {
+fn targets_of(app: &Application, scope: &Scope) -> BTreeSet<Target> {
     let target = |group: &str, version: &str, kind: &str, namespace: &Option<String>| Target {
         group: group.to_string(),
         version: version.to_string(),
@@ -327,17 +339,69 @@ fn watch_targets(apps: &[Arc<Application>], scope: &Scope) -> BTreeSet<Target> {
             namespace.clone()
         },
     };
-    let resources = apps
+    let resources = app
+        .status
         .iter()
-        .flat_map(|app| app.status.iter().flat_map(|s| s.resources.iter()))
+        .flat_map(|s| s.resources.iter())
         .map(|r| target(&r.group, &r.version, &r.kind, &r.namespace));
     // The hooks a sync created (Jobs, mostly): their completion resumes it.
-    let hooks = apps
+    let hooks = app
+        .status
         .iter()
-        .flat_map(|app| app.status.iter().flat_map(|s| s.sync_run.iter()))
+        .flat_map(|s| s.sync_run.iter())
         .flat_map(|run| run.hooks.iter())
         .map(|h| target(&h.group, &h.version, &h.kind, &h.namespace));
     resources.chain(hooks).collect()
+}
+
+/// The watch targets, kept event by event: each Application's, and how many
+/// Applications call for each. One Application's status write then costs
+/// the same among 10 Applications as among 10,000 (recomputing them from
+/// every Application at each event made a sync of a fleet quadratic).
+#[derive(Default)]
+struct Targets {
+    of_app: HashMap<AppKey, BTreeSet<Target>>,
+    count: BTreeMap<Target, usize>,
+}
+
+impl Targets {
+    /// All of them anew, from the store after a (re)listing.
+    fn rebuild(&mut self, apps: &[Arc<Application>], scope: &Scope) {
+        *self = Self::default();
+        for app in apps {
+            self.set(super::key_of(app), targets_of(app, scope));
+        }
+    }
+
+    fn set(&mut self, key: AppKey, targets: BTreeSet<Target>) {
+        for target in &targets {
+            *self.count.entry(target.clone()).or_default() += 1;
+        }
+        if let Some(previous) = self.of_app.insert(key, targets) {
+            self.release(previous);
+        }
+    }
+
+    fn remove(&mut self, key: &AppKey) {
+        if let Some(previous) = self.of_app.remove(key) {
+            self.release(previous);
+        }
+    }
+
+    fn release(&mut self, targets: BTreeSet<Target>) {
+        for target in targets {
+            if let Some(count) = self.count.get_mut(&target) {
+                *count -= 1;
+                if *count == 0 {
+                    self.count.remove(&target);
+                }
+            }
+        }
+    }
+
+    fn wanted(&self) -> BTreeSet<Target> {
+        self.count.keys().cloned().collect()
+    }
 }
 
 #[derive(Default)]
@@ -567,7 +631,7 @@ async fn watch_kind(client: Client, target: Target, queue: Arc<dyn Queue>, scope
         };
         for (owner, object, why) in drift {
             tracing::debug!(app = %owner, %object, why, "enqueue");
-            publish(&queue, Event::new(owner, Cause::Drift { object })).await;
+            publish(&queue, Event::drift(owner, object)).await;
         }
     }
 }
@@ -757,6 +821,13 @@ mod tests {
         assert!(!changed_by_others(&status));
     }
 
+    /// `app` under another name: a second Application.
+    fn named(name: &str, app: Arc<Application>) -> Arc<Application> {
+        let mut app = (*app).clone();
+        app.metadata.name = Some(name.into());
+        Arc::new(app)
+    }
+
     fn app_with(resources: &[(&str, &str, Option<&str>)]) -> Arc<Application> {
         let mut app = app_in("team-a");
         app.status = Some(crate::api::ApplicationStatus {
@@ -785,13 +856,12 @@ mod tests {
                 ("apps", "Deployment", Some("team-a")),
                 ("", "Namespace", None),
             ]),
-            app_with(&[("apps", "Deployment", Some("team-b"))]),
+            named("other", app_with(&[("apps", "Deployment", Some("team-b"))])),
         ];
         let shown = |scope: &Scope| -> Vec<String> {
-            watch_targets(&apps, scope)
-                .iter()
-                .map(Target::to_string)
-                .collect()
+            let mut targets = Targets::default();
+            targets.rebuild(&apps, scope);
+            targets.wanted().iter().map(Target::to_string).collect()
         };
         assert_eq!(
             shown(&Scope::new(Vec::<String>::new())),
@@ -811,6 +881,40 @@ mod tests {
     }
 
     #[test]
+    fn a_watch_is_wanted_while_one_application_calls_for_it() {
+        let scope = Scope::new(Vec::<String>::new());
+        let key = |name: &str| AppKey::new("team-a", name);
+        let deployments = app_with(&[("apps", "Deployment", Some("team-a"))]);
+        let both = app_with(&[
+            ("apps", "Deployment", Some("team-a")),
+            ("", "Service", Some("team-a")),
+        ]);
+        let shown = |targets: &Targets| -> Vec<String> {
+            targets.wanted().iter().map(Target::to_string).collect()
+        };
+        let mut targets = Targets::default();
+        targets.set(key("a"), targets_of(&deployments, &scope));
+        targets.set(key("b"), targets_of(&both, &scope));
+        assert_eq!(
+            shown(&targets),
+            [
+                "v1 Service in the cluster",
+                "apps/v1 Deployment in the cluster"
+            ]
+        );
+        // b's new status no longer has the Service: no one calls for it.
+        targets.set(key("b"), targets_of(&deployments, &scope));
+        assert_eq!(shown(&targets), ["apps/v1 Deployment in the cluster"]);
+        targets.remove(&key("a"));
+        assert_eq!(shown(&targets), ["apps/v1 Deployment in the cluster"]);
+        targets.remove(&key("b"));
+        assert!(targets.wanted().is_empty());
+        // A relisting counts each Application once.
+        targets.rebuild(&[deployments.clone(), deployments], &scope);
+        assert_eq!(targets.count.values().sum::<usize>(), 1);
+    }
+
+    #[test]
     fn the_hooks_of_a_sync_run_are_watched_so_their_completion_resumes_it() {
         let mut app = (*app_with(&[("apps", "Deployment", Some("team-a"))])).clone();
         let status = app.status.as_mut().unwrap();
@@ -825,10 +929,9 @@ mod tests {
             }],
             ..Default::default()
         });
-        let targets: Vec<String> = watch_targets(&[Arc::new(app)], &Scope::new(["team-a"]))
-            .iter()
-            .map(Target::to_string)
-            .collect();
+        let mut wanted = Targets::default();
+        wanted.rebuild(&[Arc::new(app)], &Scope::new(["team-a"]));
+        let targets: Vec<String> = wanted.wanted().iter().map(Target::to_string).collect();
         assert_eq!(
             targets,
             ["apps/v1 Deployment in team-a", "batch/v1 Job in team-a"]

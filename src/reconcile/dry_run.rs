@@ -69,7 +69,7 @@ impl DryRunCache {
     }
 
     fn put(&self, id: &ObjectId, resource_version: String, body_hash: [u8; 32], result: &Value) {
-        let Ok(result) = serde_json::to_vec(result) else {
+        let Ok(result) = serde_json::to_vec(&slim(result)) else {
             return;
         };
         let mut cache = self.entries.lock().expect("dry-run cache lock");
@@ -97,6 +97,33 @@ impl DryRunCache {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+}
+
+/// What `plan` reads of an answer: Setpoint's own managedFields entry and
+/// the object's fields (`status` only when Setpoint's apply owns some of
+/// it, as for a kind without a status subresource). Other managers' entries
+/// and the status are most of an answer and are left out of the cache,
+/// which holds one answer per object of every Application.
+fn slim(answer: &Value) -> Value {
+    let mut slim = answer.clone();
+    let Some(object) = slim.as_object_mut() else {
+        return slim;
+    };
+    let mut owns_status = false;
+    if let Some(entries) = object
+        .get_mut("metadata")
+        .and_then(|metadata| metadata.get_mut("managedFields"))
+        .and_then(Value::as_array_mut)
+    {
+        entries.retain(|entry| entry.get("manager").and_then(Value::as_str) == Some(FIELD_MANAGER));
+        owns_status = entries
+            .iter()
+            .any(|entry| entry.pointer("/fieldsV1/f:status").is_some());
+    }
+    if !owns_status {
+        object.remove("status");
+    }
+    slim
 }
 
 /// The dry-run answers for every desired object that is live, from the
@@ -175,6 +202,40 @@ mod tests {
             "Git's body changed"
         );
         assert_eq!(cache.get(&id("api"), "41", &[1; 32]), None);
+    }
+
+    #[test]
+    fn the_cache_keeps_setpoints_fields_and_leaves_out_other_managers_and_the_status() {
+        let cache = DryRunCache::default();
+        let answer = json!({
+            "metadata": {"name": "web", "managedFields": [
+                {"manager": "setpoint", "operation": "Apply",
+                 "fieldsV1": {"f:spec": {"f:replicas": {}}}},
+                {"manager": "kube-controller-manager", "operation": "Update",
+                 "subresource": "status", "fieldsV1": {"f:status": {"f:replicas": {}}}}
+            ]},
+            "spec": {"replicas": 5},
+            "status": {"replicas": 5}
+        });
+        cache.put(&id("web"), "41".into(), [1; 32], &answer);
+        assert_eq!(
+            cache.get(&id("web"), "41", &[1; 32]),
+            Some(json!({
+                "metadata": {"name": "web", "managedFields": [
+                    {"manager": "setpoint", "operation": "Apply",
+                     "fieldsV1": {"f:spec": {"f:replicas": {}}}}
+                ]},
+                "spec": {"replicas": 5}
+            }))
+        );
+        // A kind without a status subresource: Setpoint's apply owns it.
+        let owned = json!({
+            "metadata": {"managedFields": [{"manager": "setpoint", "operation": "Apply",
+                                            "fieldsV1": {"f:status": {"f:phase": {}}}}]},
+            "status": {"phase": "Ready"}
+        });
+        cache.put(&id("crd"), "1".into(), [1; 32], &owned);
+        assert_eq!(cache.get(&id("crd"), "1", &[1; 32]), Some(owned));
     }
 
     #[test]

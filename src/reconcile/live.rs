@@ -1,8 +1,20 @@
-//! Live: what the cluster holds of an Application's objects. One labelled list
-//! per (kind, namespace) in use, plus a GET for each desired object the lists
-//! did not return (one that exists without Setpoint's label). Kinds listed in
-//! the last status but gone from Git are listed too, so their objects can be
-//! pruned.
+//! Live: what the cluster holds of an Application's objects, read one of two
+//! ways ([`Read`]).
+//!
+//! - **Labelled**: one labelled list per (kind, namespace) in use, plus a
+//!   GET for each desired object the lists did not return (one that exists
+//!   without Setpoint's label). Kinds listed in the last status but gone
+//!   from Git are listed too, so their objects can be pruned. It finds every
+//!   object carrying the Application's label, but each list costs the API
+//!   server a pass over every object of its kind in the namespace: with
+//!   thousands of Applications in one namespace, reconciles grow slower the
+//!   more there are.
+//! - **Inventory**: a GET for each desired object and each object of the
+//!   last status (the inventory, as Flux's kustomize-controller keeps it):
+//!   the same number of requests, each of constant cost. An object labelled
+//!   for the Application but in neither (applied by a reconcile whose status
+//!   write was lost, then dropped from Git) is not seen; the labelled read
+//!   of a manual sync, or of an Application with no inventory yet, finds it.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -53,26 +65,39 @@ pub fn api_for(
     }
 }
 
+/// How [`read`] finds the live objects (see the module's comment).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Read {
+    Labelled,
+    Inventory,
+}
+
+impl Read {
+    /// Labelled for a manual sync and for an Application whose status holds
+    /// no inventory yet; else Inventory.
+    pub fn for_reconcile(app: &Application, manual: bool) -> Self {
+        let inventory = app.status.as_ref().is_some_and(|s| !s.resources.is_empty());
+        if manual || !inventory {
+            Read::Labelled
+        } else {
+            Read::Inventory
+        }
+    }
+}
+
 pub async fn read(
     client: &Client,
     kinds: &Kinds,
     app: &Application,
     desired: &[Desired],
+    how: Read,
 ) -> Result<(LiveState, Vec<Skipped>), LiveError> {
+    if how == Read::Inventory {
+        return read_inventory(client, kinds, app, desired).await;
+    }
     let label = format!("{APP_LABEL}={}", app_label_value(app));
     let owner = owner_key(app);
-    let previously_applied: BTreeSet<ObjectId> = app
-        .status
-        .iter()
-        .flat_map(|s| &s.resources)
-        .map(|r| ObjectId {
-            group: r.group.clone(),
-            version: r.version.clone(),
-            kind: r.kind.clone(),
-            namespace: r.namespace.clone(),
-            name: r.name.clone(),
-        })
-        .collect();
+    let previously_applied = inventory(app);
 
     // (apiVersion, kind, namespace) → the resource to list it with.
     let mut scopes: BTreeMap<(String, String, Option<String>), Kind> = BTreeMap::new();
@@ -127,12 +152,7 @@ pub async fn read(
             let Some(name) = object.metadata.name.clone() else {
                 continue;
             };
-            let is_ours = object
-                .metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(APP_ANNOTATION))
-                .is_some_and(|a| *a == owner);
+            let is_ours = is_ours(&object, &owner);
             let (group, version) = crate::manifest::split_api_version(api_version);
             let id = ObjectId {
                 group: group.into(),
@@ -157,37 +177,121 @@ pub async fn read(
         if objects.contains_key(id) {
             continue;
         }
-        let api = api_for(client, &kind.resource, id.namespace.as_deref());
-        match api.get_opt(&id.name).await {
-            Ok(Some(object)) => {
-                objects.insert(
-                    id.clone(),
-                    serde_json::to_value(&object).expect("objects serialize"),
-                );
-            }
-            Ok(None) => {}
-            Err(kube::Error::Api(status)) if status.code == 403 => skipped.push(Skipped {
+        if let Some(object) = get(client, kind, id, &mut skipped).await? {
+            objects.insert(
+                id.clone(),
+                serde_json::to_value(&object).expect("objects serialize"),
+            );
+        }
+    }
+    Ok(found(objects, owned, previously_applied, skipped))
+}
+
+/// What either read found: the live state, before its dry runs.
+fn found(
+    objects: HashMap<ObjectId, Value>,
+    owned: BTreeSet<ObjectId>,
+    previously_applied: BTreeSet<ObjectId>,
+    skipped: Vec<Skipped>,
+) -> (LiveState, Vec<Skipped>) {
+    let live = LiveState {
+        objects,
+        owned,
+        previously_applied,
+        dry_runs: HashMap::new(),
+    };
+    (live, skipped)
+}
+
+/// Whether `object` is annotated as `owner`'s.
+fn is_ours(object: &DynamicObject, owner: &str) -> bool {
+    object
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(APP_ANNOTATION))
+        .is_some_and(|a| a == owner)
+}
+
+/// One GET: the object, or none when it does not exist or when this
+/// identity may not read its kind (then recorded in `skipped`).
+async fn get(
+    client: &Client,
+    kind: &Kind,
+    id: &ObjectId,
+    skipped: &mut Vec<Skipped>,
+) -> Result<Option<DynamicObject>, LiveError> {
+    let api = api_for(client, &kind.resource, id.namespace.as_deref());
+    match api.get_opt(&id.name).await {
+        Ok(object) => Ok(object),
+        Err(kube::Error::Api(status)) if status.code == 403 => {
+            skipped.push(Skipped {
                 kind: format!("{} {}", id.api_version(), id.kind),
                 scope: id.namespace.clone().unwrap_or_else(|| "the cluster".into()),
                 message: status.message.clone(),
-            }),
-            Err(source) => {
-                return Err(LiveError::Get {
-                    id: id.clone(),
-                    source,
-                });
-            }
+            });
+            Ok(None)
+        }
+        Err(source) => Err(LiveError::Get {
+            id: id.clone(),
+            source,
+        }),
+    }
+}
+
+/// The objects the Application's last status lists.
+fn inventory(app: &Application) -> BTreeSet<ObjectId> {
+    app.status
+        .iter()
+        .flat_map(|s| &s.resources)
+        .map(|r| ObjectId {
+            group: r.group.clone(),
+            version: r.version.clone(),
+            kind: r.kind.clone(),
+            namespace: r.namespace.clone(),
+            name: r.name.clone(),
+        })
+        .collect()
+}
+
+/// [`Read::Inventory`]: a GET for each desired object and each object of
+/// the last status.
+async fn read_inventory(
+    client: &Client,
+    kinds: &Kinds,
+    app: &Application,
+    desired: &[Desired],
+) -> Result<(LiveState, Vec<Skipped>), LiveError> {
+    let owner = owner_key(app);
+    let previously_applied = inventory(app);
+    let mut wanted: Vec<(ObjectId, Kind)> = desired
+        .iter()
+        .filter_map(|d| Some((d.manifest.id.clone(), d.kind.clone()?)))
+        .collect();
+    for id in &previously_applied {
+        if wanted.iter().any(|(w, _)| w.same_object(id)) {
+            continue;
+        }
+        // A kind that is gone (its CRD deleted) has nothing left to prune.
+        if let Ok(kind) = kinds.resolve(client, &id.api_version(), &id.kind).await {
+            wanted.push((id.clone(), kind));
         }
     }
-    Ok((
-        LiveState {
-            objects,
-            owned,
-            previously_applied,
-            dry_runs: HashMap::new(),
-        },
-        skipped,
-    ))
+    let mut objects: HashMap<ObjectId, Value> = HashMap::new();
+    let mut owned = BTreeSet::new();
+    let mut skipped = Vec::new();
+    for (id, kind) in wanted {
+        if let Some(object) = get(client, &kind, &id, &mut skipped).await? {
+            if is_ours(&object, &owner) {
+                owned.insert(id.clone());
+            }
+            objects.insert(
+                id,
+                serde_json::to_value(&object).expect("objects serialize"),
+            );
+        }
+    }
+    Ok(found(objects, owned, previously_applied, skipped))
 }
 
 /// List items come without `apiVersion` and `kind`; put them back so the

@@ -162,6 +162,9 @@ pub struct Request {
     /// The changed file that routed a push here (`Cause::Webhook`'s input),
     /// named in the `Synced` Event.
     pub changed_input: Option<String>,
+    /// With `dry_run`: also dry-run the objects to create (a preview), so a
+    /// rejection or a forbidden create is found without writing anything.
+    pub dry_run_creates: bool,
 }
 
 /// What one reconcile found and did.
@@ -177,6 +180,9 @@ pub struct Outcome {
     pub status_written: bool,
     /// Check back after this long (something is still progressing).
     pub requeue_after: Option<Duration>,
+    /// A dry run's desired objects, as they would be applied (previews show
+    /// what a create would create).
+    pub desired: Vec<crate::manifest::Manifest>,
 }
 
 impl Outcome {
@@ -236,6 +242,19 @@ async fn render(
         .await?;
     let rendered = ctx.renderers.render(&job, key, &tree.files).await?;
     Ok((rendered.manifests.clone(), rendered.inputs.clone()))
+}
+
+/// The Git credentials of `app`'s source, as its identity reads them (a
+/// preview fetches its pull request's head with them); a source its
+/// tenancy refuses is refused here too.
+pub(crate) async fn source_credentials(
+    ctx: &Context,
+    app: &Application,
+) -> Result<Option<Credentials>, ReconcileError> {
+    let identity = ctx.tenancy.identity(app)?;
+    ctx.tenancy.check_source(&app.spec.source.repo_url)?;
+    let client = ctx.client_for(&identity);
+    credentials::credentials(ctx, app, &identity, &client).await
 }
 
 /// One reconcile of one Application.
@@ -455,7 +474,8 @@ async fn sync_rendered(
             waves.push(order.wave);
         }
     }
-    let (mut live, skipped_kinds) = live::read(&client, &ctx.kinds, app, &desired).await?;
+    let how = live::Read::for_reconcile(app, request.manual);
+    let (mut live, skipped_kinds) = live::read(&client, &ctx.kinds, app, &desired, how).await?;
     let live_hooks: Vec<ObjectId> = live
         .objects
         .iter()
@@ -486,9 +506,24 @@ async fn sync_rendered(
         dry_run::dry_run_live(&client, &ctx.dry_runs, &ctx.metrics, &desired, &live).await?;
     let plan = plan::plan(&desired_manifests, &live, ignore);
     if request.dry_run {
+        if request.dry_run_creates {
+            let index: HashMap<&ObjectId, usize> = desired_manifests
+                .iter()
+                .enumerate()
+                .map(|(i, m)| (&m.id, i))
+                .collect();
+            let creates: Vec<usize> = plan
+                .steps
+                .iter()
+                .filter(|s| matches!(s.action, Action::Create { .. }))
+                .filter_map(|s| index.get(&s.id).copied())
+                .collect();
+            apply::dry_run(&client, &desired, &creates, &live.dry_runs).await?;
+        }
         return Ok(Outcome {
             revision: Some(revision),
             plan: Some(plan),
+            desired: desired_manifests,
             ..Default::default()
         });
     }
@@ -678,6 +713,7 @@ async fn sync_rendered(
         status: new_status,
         status_written,
         requeue_after,
+        desired: Vec::new(),
     })
 }
 

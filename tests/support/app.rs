@@ -162,15 +162,72 @@ pub async fn all_apps(
         .list(&Default::default())
         .await
         .map_err(|e| e.to_string())?;
+    all_of(apps.items.iter(), count, what, accepts)
+}
+
+/// Whether exactly `count` of `apps` are accepted (`what` names the state).
+fn all_of<'a>(
+    apps: impl Iterator<Item = &'a Application>,
+    count: usize,
+    what: &str,
+    accepts: impl Fn(&ApplicationStatus) -> bool,
+) -> Result<(), String> {
     let matching = apps
-        .items
-        .iter()
-        .filter(|a| accepts(&a.status.clone().unwrap_or_default()))
+        .filter(|a| match &a.status {
+            Some(status) => accepts(status),
+            None => accepts(&ApplicationStatus::default()),
+        })
         .count();
     if matching == count {
         Ok(())
     } else {
         Err(format!("{matching} of {count} {what}"))
+    }
+}
+
+/// The Applications of a namespace as a watch sees them: one list, then
+/// their changes. For fleets, where listing every Application at each poll
+/// would load the API server (and this process) more than what is measured.
+pub struct AppWatch {
+    store: kube::runtime::reflector::Store<Application>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl AppWatch {
+    pub async fn start(ns: &TestNamespace) -> Self {
+        use futures::StreamExt;
+        use kube::runtime::{WatchStreamExt, reflector, watcher};
+        let (store, writer) = reflector::store();
+        let stream = watcher(ns.api::<Application>(), watcher::Config::default())
+            .modify(|app| app.metadata.managed_fields = None)
+            .reflect(writer)
+            .applied_objects();
+        let task = tokio::spawn(async move {
+            futures::pin_mut!(stream);
+            while stream.next().await.is_some() {}
+        });
+        store
+            .wait_until_ready()
+            .await
+            .expect("the Application watch lists");
+        Self { store, task }
+    }
+
+    /// As [`all_apps`], from the watch.
+    pub fn all(
+        &self,
+        count: usize,
+        what: &str,
+        accepts: impl Fn(&ApplicationStatus) -> bool,
+    ) -> Result<(), String> {
+        let apps = self.store.state();
+        all_of(apps.iter().map(|app| app.as_ref()), count, what, accepts)
+    }
+}
+
+impl Drop for AppWatch {
+    fn drop(&mut self) {
+        self.task.abort();
     }
 }
 

@@ -73,6 +73,72 @@ impl GitRepo {
         git(&self.work, &["rev-parse", "HEAD"])
     }
 
+    /// A commit on pull request `number`'s branch (made from the base
+    /// branch the first time) with `files` written (`None`: removed), pushed
+    /// to `refs/pull/<number>/head` as GitHub keeps it in the base
+    /// repository; the work tree is back on the base branch after. Returns
+    /// the head commit.
+    pub fn pull_request(
+        &self,
+        number: u64,
+        files: &[(&str, Option<&str>)],
+        message: &str,
+    ) -> String {
+        let (head_ref, branch) = (format!("refs/pull/{number}/head"), format!("pr-{number}"));
+        self.review(&head_ref, &branch, files, message)
+    }
+
+    /// The same for GitLab merge request `iid`, pushed to
+    /// `refs/merge-requests/<iid>/head`.
+    pub fn merge_request(&self, iid: u64, files: &[(&str, Option<&str>)], message: &str) -> String {
+        let (head_ref, branch) = (
+            format!("refs/merge-requests/{iid}/head"),
+            format!("mr-{iid}"),
+        );
+        self.review(&head_ref, &branch, files, message)
+    }
+
+    fn review(
+        &self,
+        head_ref: &str,
+        branch: &str,
+        files: &[(&str, Option<&str>)],
+        message: &str,
+    ) -> String {
+        let exists = Command::new("git")
+            .args(["rev-parse", "--verify", "--quiet", branch])
+            .current_dir(&self.work)
+            .output()
+            .unwrap()
+            .status
+            .success();
+        if exists {
+            git(&self.work, &["checkout", "--quiet", branch]);
+        } else {
+            git(&self.work, &["checkout", "--quiet", "-b", branch]);
+        }
+        for (path, contents) in files {
+            match contents {
+                Some(contents) => {
+                    self.write(path, contents);
+                }
+                None => {
+                    self.remove(path);
+                }
+            }
+        }
+        git(&self.work, &["add", "--all"]);
+        git(&self.work, &["commit", "--quiet", "-m", message]);
+        let head = self.head();
+        let refspec = format!("HEAD:{head_ref}");
+        git(
+            &self.work,
+            &["push", "--quiet", "--force", "origin", &refspec],
+        );
+        git(&self.work, &["checkout", "--quiet", &self.branch]);
+        head
+    }
+
     pub fn tag(&self, name: &str) {
         git(&self.work, &["tag", name]);
         git(&self.work, &["push", "--quiet", "origin", name]);

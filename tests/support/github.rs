@@ -25,6 +25,10 @@ pub const TOKEN: &str = "ghp_Test0123456789abcdefSECRET";
 pub const API_VERSION: &str = "2022-11-28";
 /// GitHub rejects a longer status description.
 const DESCRIPTION_LIMIT: usize = 140;
+/// GitHub rejects a longer issue comment body.
+const COMMENT_LIMIT: usize = 65_536;
+/// GitHub rejects a longer check run output summary or text.
+const OUTPUT_LIMIT: usize = 65_535;
 
 /// One request as the fake GitHub received it.
 #[derive(Clone, Debug)]
@@ -88,6 +92,12 @@ pub struct ServerState {
     pub always: Option<Fault>,
     /// Each hook's deliveries (by hook path), a page each, newest first.
     pub hooks: HashMap<String, Vec<Vec<Value>>>,
+    /// Issue (pull request) comments, oldest first, by `owner/repo#number`.
+    pub comments: HashMap<String, Vec<Value>>,
+    /// Check runs created, by `owner/repo`, oldest first.
+    pub check_runs: HashMap<String, Vec<Value>>,
+    /// The next comment id.
+    pub next_comment: u64,
 }
 
 /// A local stand-in for the GitHub REST API: it checks each request
@@ -139,6 +149,24 @@ impl FakeGitHub {
 
     pub fn violations(&self) -> Vec<String> {
         self.state().violations.clone()
+    }
+
+    /// The comments on `owner/repo#number`, oldest first.
+    pub fn comments(&self, repo: &str, number: u64) -> Vec<Value> {
+        self.state()
+            .comments
+            .get(&format!("{repo}#{number}"))
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// The check runs created on `owner/repo`, oldest first.
+    pub fn check_runs(&self, repo: &str) -> Vec<Value> {
+        self.state()
+            .check_runs
+            .get(repo)
+            .cloned()
+            .unwrap_or_default()
     }
 }
 
@@ -192,7 +220,7 @@ async fn connection(stream: TcpStream, state: Arc<Mutex<ServerState>>, url: Stri
 
 /// One HTTP/1.1 request with a `Content-Length` body, or `None` at the
 /// end of the connection.
-async fn read_request(stream: &mut BufReader<TcpStream>) -> Option<Received> {
+pub async fn read_request(stream: &mut BufReader<TcpStream>) -> Option<Received> {
     let mut line = String::new();
     stream.read_line(&mut line).await.ok()?;
     let mut parts = line.split_whitespace();
@@ -290,7 +318,7 @@ fn answer(state: &mut ServerState, url: &str, request: Received, fault: Option<F
 }
 
 fn route(
-    state: &ServerState,
+    state: &mut ServerState,
     url: &str,
     request: &Received,
     violations: &mut Vec<String>,
@@ -369,9 +397,243 @@ fn route(
             }
             (202, vec![], "{}".into())
         }
+        // https://docs.github.com/rest/issues/comments#list-issue-comments
+        ("GET", ["repos", owner, repo, "issues", number, "comments"]) => {
+            check_empty_body(request, violations);
+            let per_page = match request.query("per_page").map(str::parse::<usize>) {
+                None => 30,
+                Some(Ok(n)) if (1..=100).contains(&n) => n,
+                Some(_) => {
+                    violations.push("per_page is not 1..=100".into());
+                    30
+                }
+            };
+            let page = request
+                .query("page")
+                .and_then(|p| p.parse::<usize>().ok())
+                .unwrap_or(1)
+                .max(1);
+            let key = format!("{owner}/{repo}#{number}");
+            let all = state.comments.get(&key).cloned().unwrap_or_default();
+            let items: Vec<Value> = all
+                .iter()
+                .skip((page - 1) * per_page)
+                .take(per_page)
+                .cloned()
+                .collect();
+            let mut headers = vec![];
+            if page * per_page < all.len() {
+                headers.push((
+                    "link",
+                    format!(
+                        "<{url}/repos/{owner}/{repo}/issues/{number}/comments?per_page={per_page}&page={}>; rel=\"next\"",
+                        page + 1
+                    ),
+                ));
+            }
+            (200, headers, Value::Array(items).to_string())
+        }
+        // https://docs.github.com/rest/issues/comments#create-an-issue-comment
+        ("POST", ["repos", owner, repo, "issues", number, "comments"]) => {
+            let Some(body) = check_comment_body(request, violations) else {
+                return (422, vec![], error_body("Validation Failed"));
+            };
+            if number.parse::<u64>().is_err() {
+                return not_found;
+            }
+            state.next_comment += 1;
+            let id = state.next_comment;
+            let comment = comment_json(url, owner, repo, number, id, &body);
+            state
+                .comments
+                .entry(format!("{owner}/{repo}#{number}"))
+                .or_default()
+                .push(comment.clone());
+            let location = comment["url"].as_str().unwrap_or_default().to_owned();
+            (201, vec![("location", location)], comment.to_string())
+        }
+        // https://docs.github.com/rest/issues/comments#update-an-issue-comment
+        ("PATCH", ["repos", owner, repo, "issues", "comments", id]) => {
+            let Some(body) = check_comment_body(request, violations) else {
+                return (422, vec![], error_body("Validation Failed"));
+            };
+            let prefix = format!("{owner}/{repo}#");
+            let found = state
+                .comments
+                .iter_mut()
+                .filter(|(key, _)| key.starts_with(&prefix))
+                .flat_map(|(_, comments)| comments.iter_mut())
+                .find(|c| c["id"].as_u64() == id.parse().ok());
+            let Some(comment) = found else {
+                return not_found;
+            };
+            comment["body"] = Value::String(body);
+            comment["updated_at"] = Value::String(Timestamp::now().to_string());
+            (200, vec![], comment.to_string())
+        }
+        // https://docs.github.com/rest/checks/runs#create-a-check-run
+        ("POST", ["repos", owner, repo, "check-runs"]) => {
+            check_check_run_body(request, violations);
+            let body = request.json();
+            if !body["head_sha"]
+                .as_str()
+                .is_some_and(|sha| sha.len() == 40 && sha.bytes().all(|b| b.is_ascii_hexdigit()))
+            {
+                return (422, vec![], error_body("No commit found for SHA"));
+            }
+            let runs = state
+                .check_runs
+                .entry(format!("{owner}/{repo}"))
+                .or_default();
+            let mut run = body.clone();
+            run["id"] = json!(runs.len() + 1);
+            run["url"] = json!(format!(
+                "{url}/repos/{owner}/{repo}/check-runs/{}",
+                runs.len() + 1
+            ));
+            runs.push(run.clone());
+            (201, vec![], run.to_string())
+        }
         _ => {
             violations.push("no such endpoint".into());
             not_found
+        }
+    }
+}
+
+/// An issue comment as GitHub returns it (trimmed to what clients read).
+fn comment_json(url: &str, owner: &str, repo: &str, number: &str, id: u64, body: &str) -> Value {
+    let now = Timestamp::now().to_string();
+    json!({
+        "id": id,
+        "node_id": "MDEyOklzc3VlQ29tbWVudDE=",
+        "url": format!("{url}/repos/{owner}/{repo}/issues/comments/{id}"),
+        "html_url": format!("https://github.com/{owner}/{repo}/pull/{number}#issuecomment-{id}"),
+        "issue_url": format!("{url}/repos/{owner}/{repo}/issues/{number}"),
+        "body": body,
+        "user": {"login": "setpoint[bot]", "id": 1, "type": "Bot"},
+        "author_association": "NONE",
+        "created_at": now,
+        "updated_at": now,
+    })
+}
+
+/// `{"body": "..."}`, the only field, at most 65,536 characters.
+fn check_comment_body(request: &Received, violations: &mut Vec<String>) -> Option<String> {
+    if request.header("content-type") != Some("application/json") {
+        violations.push(format!(
+            "content-type {:?}",
+            request.headers("content-type")
+        ));
+    }
+    let Ok(Value::Object(body)) = serde_json::from_slice::<Value>(&request.body) else {
+        violations.push("the body is not a JSON object".into());
+        return None;
+    };
+    for key in body.keys() {
+        if key != "body" {
+            violations.push(format!("unknown field {key}"));
+        }
+    }
+    match body.get("body").and_then(Value::as_str) {
+        Some(text) if text.chars().count() <= COMMENT_LIMIT => Some(text.to_owned()),
+        Some(text) => {
+            violations.push(format!("body of {} characters", text.chars().count()));
+            None
+        }
+        None => {
+            violations.push("no body".into());
+            None
+        }
+    }
+}
+
+fn check_check_run_body(request: &Received, violations: &mut Vec<String>) {
+    if request.header("content-type") != Some("application/json") {
+        violations.push(format!(
+            "content-type {:?}",
+            request.headers("content-type")
+        ));
+    }
+    let Ok(Value::Object(body)) = serde_json::from_slice::<Value>(&request.body) else {
+        violations.push("the body is not a JSON object".into());
+        return;
+    };
+    let known: HashSet<&str> = [
+        "name",
+        "head_sha",
+        "details_url",
+        "external_id",
+        "status",
+        "started_at",
+        "conclusion",
+        "completed_at",
+        "output",
+        "actions",
+    ]
+    .into();
+    for key in body.keys() {
+        if !known.contains(key.as_str()) {
+            violations.push(format!("unknown field {key}"));
+        }
+    }
+    if body
+        .get("name")
+        .and_then(Value::as_str)
+        .is_none_or(str::is_empty)
+    {
+        violations.push("no name".into());
+    }
+    let status = body.get("status").and_then(Value::as_str);
+    if !matches!(status, None | Some("queued" | "in_progress" | "completed")) {
+        violations.push(format!("status {status:?}"));
+    }
+    match body.get("conclusion").and_then(Value::as_str) {
+        None => {
+            if status == Some("completed") {
+                violations.push("completed without a conclusion".into());
+            }
+        }
+        Some(
+            "action_required" | "cancelled" | "failure" | "neutral" | "success" | "skipped"
+            | "stale" | "timed_out",
+        ) => {}
+        Some(other) => violations.push(format!("conclusion {other:?}")),
+    }
+    let Some(output) = body.get("output") else {
+        return;
+    };
+    for field in ["title", "summary"] {
+        if !output.get(field).is_some_and(Value::is_string) {
+            violations.push(format!("output.{field} missing"));
+        }
+    }
+    for field in ["summary", "text"] {
+        if let Some(text) = output.get(field).and_then(Value::as_str)
+            && text.chars().count() > OUTPUT_LIMIT
+        {
+            violations.push(format!("output.{field} over {OUTPUT_LIMIT} characters"));
+        }
+    }
+    let annotations = output
+        .get("annotations")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    if annotations.len() > 50 {
+        violations.push("more than 50 annotations".into());
+    }
+    for annotation in &annotations {
+        let ok = annotation["path"].is_string()
+            && annotation["start_line"].is_u64()
+            && annotation["end_line"].is_u64()
+            && annotation["message"].is_string()
+            && matches!(
+                annotation["annotation_level"].as_str(),
+                Some("notice" | "warning" | "failure")
+            );
+        if !ok {
+            violations.push(format!("annotation {annotation}"));
         }
     }
 }

@@ -9,6 +9,7 @@ pub mod app;
 pub mod charts;
 pub mod git;
 pub mod github;
+pub mod gitlab;
 pub mod process;
 pub mod viewer;
 
@@ -129,6 +130,19 @@ pub fn amqp_url_with_password() -> String {
     format!("amqp://setpoint-test:{AMQP_TEST_PASSWORD}@127.0.0.1:5672/setpoint-test")
 }
 
+/// The queue type the processes under test declare (they read
+/// `SETPOINT_AMQP_QUEUE_TYPE` too): quorum unless the variable says classic,
+/// so a test runs with either.
+pub fn amqp_queue_type() -> setpoint::queue::amqp::QueueType {
+    std::env::var("SETPOINT_AMQP_QUEUE_TYPE")
+        .ok()
+        .map(|kind| {
+            kind.parse()
+                .expect("SETPOINT_AMQP_QUEUE_TYPE is classic or quorum")
+        })
+        .unwrap_or_default()
+}
+
 /// The event queue as the processes under test declare it under `prefix`
 /// (the retry delays are part of the topology), once RabbitMQ answers.
 pub async fn amqp_queue(
@@ -138,6 +152,7 @@ pub async fn amqp_queue(
     use setpoint::queue::amqp::{AmqpQueue, AmqpSettings};
     let queue = AmqpQueue::connect(AmqpSettings {
         url: amqp_url(),
+        queue_type: amqp_queue_type(),
         prefix: prefix.to_string(),
         retry,
         ..AmqpSettings::default()

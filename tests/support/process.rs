@@ -255,6 +255,45 @@ pub fn post_github(port: u16, secret: Option<&str>, delivery: &str, body: &str) 
     post(port, "/api/webhooks/github", &headers, body, "POST")
 }
 
+/// A GitHub `pull_request` delivery: pull request `number` of `acme/deploy`
+/// (served at `url`), from `head` onto `main` at `base`.
+pub fn github_pull_request(url: &str, action: &str, number: u64, base: &str, head: &str) -> String {
+    serde_json::json!({
+        "action": action,
+        "number": number,
+        "pull_request": {
+            "number": number,
+            "state": "open",
+            "head": {"ref": format!("pr-{number}"), "sha": head, "repo": {"full_name": "acme/deploy"}},
+            "base": {"ref": "main", "sha": base, "repo": {"full_name": "acme/deploy"}}
+        },
+        "repository": {
+            "full_name": "acme/deploy",
+            "clone_url": url,
+            "default_branch": "main"
+        }
+    })
+    .to_string()
+}
+
+/// Posts a signed GitHub delivery of `event`; returns (status, body).
+pub fn post_github_event(
+    port: u16,
+    secret: &str,
+    event: &str,
+    delivery: &str,
+    body: &str,
+) -> (u16, String) {
+    let signature = github_signature(secret, body);
+    let headers = [
+        ("Content-Type", "application/json"),
+        ("X-GitHub-Event", event),
+        ("X-GitHub-Delivery", delivery),
+        ("X-Hub-Signature-256", signature.as_str()),
+    ];
+    post(port, "/api/webhooks/github", &headers, body, "POST")
+}
+
 /// A GitLab push hook for `url`, branch `main`.
 pub fn gitlab_push(url: &str, commit: &str, changed: &[&str]) -> String {
     serde_json::json!({
@@ -268,6 +307,35 @@ pub fn gitlab_push(url: &str, commit: &str, changed: &[&str]) -> String {
         "total_commits_count": 1
     })
     .to_string()
+}
+
+/// A GitLab `Merge Request Hook` delivery: merge request `iid` of project 14
+/// (served at `url`) onto `main`, its head `head`.
+pub fn gitlab_merge_request(url: &str, action: &str, iid: u64, head: &str) -> String {
+    serde_json::json!({
+        "object_kind": "merge_request",
+        "event_type": "merge_request",
+        "project": {"id": 14, "git_http_url": url, "default_branch": "main",
+                    "path_with_namespace": "example/deploy"},
+        "object_attributes": {
+            "iid": iid, "target_branch": "main", "source_branch": format!("mr-{iid}"),
+            "source_project_id": 14, "target_project_id": 14, "state": "opened",
+            "action": action,
+            "oldrev": if action == "update" { Some("0000000000000000000000000000000000000001") } else { None },
+            "last_commit": {"id": head}
+        }
+    })
+    .to_string()
+}
+
+/// Posts a GitLab delivery of `event` with the secret `token`.
+pub fn post_gitlab_event(port: u16, token: &str, event: &str, body: &str) -> (u16, String) {
+    let headers = [
+        ("Content-Type", "application/json"),
+        ("X-Gitlab-Event", event),
+        ("X-Gitlab-Token", token),
+    ];
+    post(port, "/api/webhooks/gitlab", &headers, body, "POST")
 }
 
 pub fn post_gitlab(port: u16, token: &str, body: &str) -> (u16, String) {

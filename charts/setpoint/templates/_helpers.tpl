@@ -237,6 +237,8 @@ name (the Events' reporting instance), then extraEnv and the role's extraEnv.
   value: {{ $root.Values.amqp.prefix | quote }}
 - name: SETPOINT_AMQP_SHARDS
   value: {{ $root.Values.amqp.shards | toString | quote }}
+- name: SETPOINT_AMQP_QUEUE_TYPE
+  value: {{ $root.Values.amqp.queueType | quote }}
 - name: SETPOINT_METRICS_LISTEN
   value: {{ printf "0.0.0.0:%v" $root.Values.metrics.port | quote }}
 - name: SETPOINT_CACHE_DIR

@@ -50,12 +50,25 @@ async fn receive(
     verifier.verify()?;
     let body = &body.bytes;
     let event = super::header(request, EVENT_HEADER).filter(|event| !event.is_empty());
+    let delivery = super::header(request, DELIVERY_HEADER).filter(|id| !id.is_empty());
     match event.ok_or(WebhookError::MissingHeader(EVENT_HEADER))? {
         "ping" => return Ok(Reply::Pong),
         "push" => {}
+        "pull_request" => {
+            return match parse_pull_request(body, delivery)? {
+                PullRequestEvent::Preview(pull) => {
+                    state
+                        .enqueue_preview(Provider::GitHub, delivery, *pull, body)
+                        .await
+                }
+                PullRequestEvent::Ignored(action) => Ok(Reply::Ignored(format!(
+                    "pull_request ({})",
+                    super::echo(&action)
+                ))),
+            };
+        }
         other => return Ok(Reply::Ignored(super::echo(other))),
     }
-    let delivery = super::header(request, DELIVERY_HEADER).filter(|id| !id.is_empty());
     let push = parse_push(body)?;
     super::recent::remember(request, delivery, &push);
     state.enqueue(Provider::GitHub, delivery, &push, body).await
@@ -84,6 +97,103 @@ struct Repository {
     default_branch: Option<String>,
     /// The older name of `default_branch`, still sent in push payloads.
     master_branch: Option<String>,
+}
+
+/// The fields of GitHub's `pull_request` payload a preview needs.
+#[derive(Debug, Deserialize)]
+struct PullRequestPayload {
+    action: String,
+    number: u64,
+    pull_request: PullRequestFields,
+    repository: Repository,
+}
+
+#[derive(Debug, Deserialize)]
+struct PullRequestFields {
+    head: Branch,
+    base: Branch,
+    #[serde(default)]
+    updated_at: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Branch {
+    #[serde(rename = "ref")]
+    branch: String,
+    sha: String,
+    /// Null when the head's fork was deleted.
+    repo: Option<BranchRepository>,
+}
+
+#[derive(Debug, Deserialize)]
+struct BranchRepository {
+    full_name: String,
+}
+
+/// What a `pull_request` delivery asks for.
+pub(super) enum PullRequestEvent {
+    /// Opened, pushed to (synchronize) or reopened: preview its head.
+    Preview(Box<crate::event::PullRequest>),
+    /// Any other action; closing one removes nothing, its previews stop.
+    Ignored(String),
+}
+
+fn parse_pull_request(
+    body: &[u8],
+    delivery: Option<&str>,
+) -> Result<PullRequestEvent, WebhookError> {
+    let payload: PullRequestPayload = super::payload_from(super::parse_json(body)?)?;
+    if !matches!(
+        payload.action.as_str(),
+        "opened" | "synchronize" | "reopened"
+    ) {
+        return Ok(PullRequestEvent::Ignored(payload.action));
+    }
+    let fields = payload.pull_request;
+    super::check_commit("pull_request.head.sha", &fields.head.sha)?;
+    super::check_commit("pull_request.base.sha", &fields.base.sha)?;
+    let repository = payload.repository;
+    let base_name = fields.base.repo.map(|r| r.full_name);
+    let project = base_name
+        .clone()
+        .ok_or_else(|| WebhookError::InvalidPayload("the base has no repository".into()))?;
+    let fork = fields.head.repo.map(|r| r.full_name) != base_name;
+    let repo_urls: Vec<String> = [
+        repository.clone_url,
+        repository.ssh_url,
+        repository.html_url,
+        repository.git_url,
+        repository.url,
+    ]
+    .into_iter()
+    .flatten()
+    .filter(|url| !url.trim().is_empty())
+    .collect();
+    if repo_urls.is_empty() {
+        return Err(WebhookError::InvalidPayload(
+            "the repository has no URL".into(),
+        ));
+    }
+    Ok(PullRequestEvent::Preview(Box::new(
+        crate::event::PullRequest {
+            provider: "github".into(),
+            delivery: delivery.unwrap_or_default().into(),
+            repo_urls,
+            project,
+            number: payload.number,
+            base_branch: fields.base.branch,
+            default_branch: repository
+                .default_branch
+                .or(repository.master_branch)
+                .filter(|branch| !branch.is_empty()),
+            base_sha: Some(fields.base.sha),
+            head_sha: fields.head.sha,
+            head_ref: format!("refs/pull/{}/head", payload.number),
+            fork,
+            updated_at: fields.updated_at,
+            apps: Vec::new(),
+        },
+    )))
 }
 
 fn parse_push(body: &[u8]) -> Result<Push, WebhookError> {
@@ -133,7 +243,7 @@ fn parse_push(body: &[u8]) -> Result<Push, WebhookError> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use serde_json::json;
 
     use super::*;
@@ -141,6 +251,63 @@ mod tests {
 
     fn parse(value: serde_json::Value) -> Push {
         parse_push(value.to_string().as_bytes()).unwrap()
+    }
+
+    /// A `pull_request` delivery as GitHub documents it, trimmed.
+    pub(crate) fn github_pull_request(action: &str, head_repo: &str) -> serde_json::Value {
+        json!({
+            "action": action,
+            "number": 12,
+            "pull_request": {
+                "number": 12,
+                "state": "open",
+                "head": {"ref": "feature", "sha": "6dcb09b5b57875f334f61aebed695e2e4193db5e",
+                         "repo": {"full_name": head_repo}},
+                "base": {"ref": "main", "sha": "0d1a26e67d8f5eaf1f6ba5c57fc3c7d91ac0fd1c",
+                         "repo": {"full_name": "octo-org/deploy"}}
+            },
+            "repository": {
+                "full_name": "octo-org/deploy",
+                "clone_url": "https://github.com/octo-org/deploy.git",
+                "default_branch": "main"
+            }
+        })
+    }
+
+    #[test]
+    fn opened_synchronize_and_reopened_pull_requests_are_previewed() {
+        for action in ["opened", "synchronize", "reopened"] {
+            let body = github_pull_request(action, "octo-org/deploy").to_string();
+            let PullRequestEvent::Preview(pull) =
+                parse_pull_request(body.as_bytes(), Some("d-1")).unwrap()
+            else {
+                panic!("{action} not previewed");
+            };
+            assert_eq!(pull.project, "octo-org/deploy");
+            assert_eq!(pull.number, 12);
+            assert_eq!(pull.base_branch, "main");
+            assert_eq!(pull.head_ref, "refs/pull/12/head");
+            assert_eq!(pull.head_sha, "6dcb09b5b57875f334f61aebed695e2e4193db5e");
+            assert!(!pull.fork);
+            assert_eq!(pull.delivery, "d-1");
+        }
+        let fork = github_pull_request("opened", "someone/deploy").to_string();
+        let PullRequestEvent::Preview(pull) = parse_pull_request(fork.as_bytes(), None).unwrap()
+        else {
+            panic!("not previewed");
+        };
+        assert!(pull.fork);
+    }
+
+    #[test]
+    fn other_pull_request_actions_are_ignored() {
+        for action in ["closed", "edited", "labeled"] {
+            let body = github_pull_request(action, "octo-org/deploy").to_string();
+            assert!(matches!(
+                parse_pull_request(body.as_bytes(), None).unwrap(),
+                PullRequestEvent::Ignored(a) if a == action
+            ));
+        }
     }
 
     #[test]

@@ -46,6 +46,22 @@ async fn receive(
         .ok_or(WebhookError::MissingHeader(EVENT_HEADER))?;
     let parsed = match event {
         "Push Hook" | "Tag Push Hook" => None,
+        "Merge Request Hook" => {
+            let delivery = [IDEMPOTENCY_HEADER, EVENT_UUID_HEADER]
+                .into_iter()
+                .find_map(|name| super::header(request, name).filter(|id| !id.is_empty()));
+            return match merge_request_from(super::parse_json(body)?, delivery)? {
+                MergeRequestEvent::Preview(pull) => {
+                    state
+                        .enqueue_preview(Provider::GitLab, delivery, *pull, body)
+                        .await
+                }
+                MergeRequestEvent::Ignored(action) => Ok(Reply::Ignored(format!(
+                    "{event} ({})",
+                    super::echo(&action)
+                ))),
+            };
+        }
         // A system hook's kind is in its body.
         "System Hook" => {
             let value = super::parse_json(body)?;
@@ -189,12 +205,162 @@ fn push_from(value: serde_json::Value) -> Result<Push, WebhookError> {
     })
 }
 
+/// The fields of GitLab's merge request payload a preview needs.
+#[derive(Debug, Deserialize)]
+struct MergeRequestPayload {
+    project: MergeRequestProject,
+    object_attributes: MergeRequestAttributes,
+}
+
+#[derive(Debug, Deserialize)]
+struct MergeRequestProject {
+    id: u64,
+    git_http_url: Option<String>,
+    git_ssh_url: Option<String>,
+    web_url: Option<String>,
+    http_url: Option<String>,
+    ssh_url: Option<String>,
+    url: Option<String>,
+    default_branch: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct MergeRequestAttributes {
+    iid: u64,
+    target_branch: String,
+    source_project_id: Option<u64>,
+    target_project_id: Option<u64>,
+    #[serde(default)]
+    action: Option<String>,
+    /// Present on an `update` that pushed commits.
+    #[serde(default)]
+    oldrev: Option<String>,
+    last_commit: LastCommit,
+    /// `2026-12-04 17:00:00 UTC` (GitLab's format).
+    #[serde(default)]
+    updated_at: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct LastCommit {
+    id: String,
+}
+
+/// What a merge request delivery asks for.
+enum MergeRequestEvent {
+    /// Opened, reopened, or updated with new commits: preview its head.
+    Preview(Box<crate::event::PullRequest>),
+    /// Anything else (closed, merged, approved, a title edited).
+    Ignored(String),
+}
+
+fn merge_request_from(
+    value: serde_json::Value,
+    delivery: Option<&str>,
+) -> Result<MergeRequestEvent, WebhookError> {
+    let payload: MergeRequestPayload = super::payload_from(value)?;
+    let attributes = payload.object_attributes;
+    let action = attributes.action.clone().unwrap_or_default();
+    let new_commits = action == "update" && attributes.oldrev.is_some();
+    if !(matches!(action.as_str(), "open" | "reopen") || new_commits) {
+        return Ok(MergeRequestEvent::Ignored(action));
+    }
+    super::check_commit(
+        "object_attributes.last_commit.id",
+        &attributes.last_commit.id,
+    )?;
+    let project = payload.project;
+    let repo_urls: Vec<String> = [
+        project.git_http_url,
+        project.git_ssh_url,
+        project.web_url,
+        project.http_url,
+        project.ssh_url,
+        project.url,
+    ]
+    .into_iter()
+    .flatten()
+    .filter(|url| !url.trim().is_empty())
+    .collect();
+    if repo_urls.is_empty() {
+        return Err(WebhookError::InvalidPayload(
+            "the project has no URL".into(),
+        ));
+    }
+    Ok(MergeRequestEvent::Preview(Box::new(
+        crate::event::PullRequest {
+            provider: "gitlab".into(),
+            delivery: delivery.unwrap_or_default().into(),
+            repo_urls,
+            project: project.id.to_string(),
+            number: attributes.iid,
+            base_branch: attributes.target_branch,
+            default_branch: project.default_branch.filter(|b| !b.is_empty()),
+            base_sha: None,
+            head_sha: attributes.last_commit.id,
+            head_ref: format!("refs/merge-requests/{}/head", attributes.iid),
+            fork: attributes.source_project_id != attributes.target_project_id,
+            updated_at: attributes.updated_at,
+            apps: Vec::new(),
+        },
+    )))
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
 
     use super::*;
     use crate::ingest::webhook::tests::{gitlab_push, gitlab_tag_push};
+
+    fn merge_request(action: &str, oldrev: Option<&str>, source: u64) -> serde_json::Value {
+        json!({
+            "object_kind": "merge_request",
+            "event_type": "merge_request",
+            "project": {"id": 14, "git_http_url": "https://gitlab.example.com/group/deploy.git",
+                        "default_branch": "main", "path_with_namespace": "group/deploy"},
+            "object_attributes": {
+                "iid": 3, "target_branch": "main", "source_branch": "feature",
+                "source_project_id": source, "target_project_id": 14,
+                "action": action, "oldrev": oldrev, "state": "opened",
+                "last_commit": {"id": "da1560886d4f094c3e6c9ef40349f7d38b5d27d7"}
+            }
+        })
+    }
+
+    #[test]
+    fn merge_requests_opened_or_given_commits_are_previewed() {
+        for (action, oldrev) in [
+            ("open", None),
+            ("reopen", None),
+            ("update", Some("0d1a26e67d8f5eaf1f6ba5c57fc3c7d91ac0fd1c")),
+        ] {
+            let MergeRequestEvent::Preview(pull) =
+                merge_request_from(merge_request(action, oldrev, 14), Some("k")).unwrap()
+            else {
+                panic!("{action} not previewed");
+            };
+            assert_eq!(pull.provider, "gitlab");
+            assert_eq!(pull.project, "14");
+            assert_eq!(pull.number, 3);
+            assert_eq!(pull.head_ref, "refs/merge-requests/3/head");
+            assert_eq!(pull.head_sha, "da1560886d4f094c3e6c9ef40349f7d38b5d27d7");
+            assert!(!pull.fork);
+        }
+        let MergeRequestEvent::Preview(fork) =
+            merge_request_from(merge_request("open", None, 99), None).unwrap()
+        else {
+            panic!("not previewed");
+        };
+        assert!(fork.fork);
+        // A title edited, a merge, a close: no preview.
+        for (action, oldrev) in [("update", None), ("merge", None), ("close", None)] {
+            assert!(matches!(
+                merge_request_from(merge_request(action, oldrev, 14), None).unwrap(),
+                MergeRequestEvent::Ignored(_)
+            ));
+        }
+    }
 
     fn parse(value: serde_json::Value) -> Push {
         push_from(value).unwrap()

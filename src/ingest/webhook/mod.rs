@@ -511,6 +511,103 @@ impl WebhookState {
         Ok(Reply::Accepted(keys))
     }
 
+    /// Publishes one preview event for `pull` (a pull or merge request
+    /// opened or pushed to), naming the Applications that follow its base
+    /// repository and branch; the worker keeps those its changes touch.
+    /// Deduplicated as pushes are: by delivery id, and by the payload.
+    async fn enqueue_preview(
+        &self,
+        provider: Provider,
+        delivery: Option<&str>,
+        mut pull: crate::event::PullRequest,
+        body: &[u8],
+    ) -> Result<Reply, WebhookError> {
+        let base = Push {
+            repo_urls: pull.repo_urls.clone(),
+            git_ref: format!("refs/heads/{}", pull.base_branch),
+            commit: pull.head_sha.clone(),
+            case_insensitive: true,
+            default_branch: pull.default_branch.clone(),
+            deleted: false,
+            changed_files: None,
+        };
+        pull.apps = self
+            .0
+            .apps
+            .route(&base)
+            .into_iter()
+            .map(|r| r.key)
+            .collect();
+        let key = pull.key();
+        if pull.apps.is_empty() {
+            info!(
+                provider = provider.as_str(),
+                delivery = %Untrusted(delivery.unwrap_or_default()),
+                pull = %Untrusted(&key.to_string()),
+                "pull request concerns no Application"
+            );
+            return Ok(Reply::Preview(key, 0));
+        }
+        let repos = route::repository_keys(&base);
+        let repos: Vec<&str> = repos.iter().map(String::as_str).collect();
+        let mut records = vec![RecordKey::new(&[
+            b"pull",
+            provider.as_str().as_bytes(),
+            repos.join(" ").as_bytes(),
+            pull.number.to_string().as_bytes(),
+            pull.head_sha.as_bytes(),
+            body,
+        ])];
+        if let Some(id) = delivery {
+            records.push(RecordKey::new(&[
+                b"delivery",
+                provider.as_str().as_bytes(),
+                id.as_bytes(),
+            ]));
+        }
+        let mut claimed = Vec::new();
+        for record in records {
+            match self.0.seen.claim(&record).await {
+                Ok(true) => claimed.push(record),
+                Ok(false) => {
+                    self.forget(&claimed).await;
+                    return Ok(Reply::Duplicate);
+                }
+                Err(err) => {
+                    self.forget(&claimed).await;
+                    return Err(err.into());
+                }
+            }
+        }
+        pull.delivery = delivery
+            .map(|id| Untrusted::capped(id, MAX_DELIVERY_ID).to_string())
+            .unwrap_or_default();
+        let apps = pull.apps.len();
+        let head = pull.head_sha.clone();
+        let event = Event::new(key.clone(), Cause::Preview(Box::new(pull)))
+            .with_revision(Some(head.clone()));
+        let published =
+            match tokio::time::timeout(PUBLISH_TIMEOUT, self.0.queue.publish(&event)).await {
+                Err(_) => Err(WebhookError::PublishTimeout(PUBLISH_TIMEOUT)),
+                Ok(Err(err)) => Err(WebhookError::Unavailable(err)),
+                Ok(Ok(())) => Ok(()),
+            };
+        if let Err(err) = published {
+            self.forget(&claimed).await;
+            return Err(err);
+        }
+        info!(
+            provider = provider.as_str(),
+            delivery = %Untrusted(delivery.unwrap_or_default()),
+            pull = %Untrusted(&key.to_string()),
+            commit = %head,
+            apps,
+            event = %event.id,
+            "pull request preview enqueued"
+        );
+        Ok(Reply::Preview(key, apps))
+    }
+
     /// Forgets records this delivery claimed before it failed; one that
     /// cannot be forgotten makes a resend look like a replay until the
     /// window ends, which the log says.
@@ -622,12 +719,15 @@ enum Reply {
     Ignored(String),
     /// GitHub's check that the hook is set up.
     Pong,
+    /// A pull request's preview, published (unless it concerns no
+    /// Application: 0).
+    Preview(AppKey, usize),
 }
 
 impl Reply {
     fn outcome(&self) -> Outcome {
         match self {
-            Reply::Accepted(_) => Outcome::Accepted,
+            Reply::Accepted(_) | Reply::Preview(..) => Outcome::Accepted,
             Reply::Duplicate => Outcome::Duplicate,
             Reply::Ignored(_) | Reply::Pong => Outcome::Ignored,
         }
@@ -642,6 +742,9 @@ impl Reply {
             Reply::Duplicate => HttpResponse::Ok().json(json!({ "duplicate": true })),
             Reply::Ignored(event) => HttpResponse::Accepted().json(json!({ "ignored": event })),
             Reply::Pong => HttpResponse::Ok().json(json!({ "pong": true })),
+            Reply::Preview(key, apps) => {
+                HttpResponse::Ok().json(json!({ "preview": key.to_string(), "applications": apps }))
+            }
         }
     }
 }

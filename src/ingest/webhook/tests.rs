@@ -895,17 +895,65 @@ async fn a_gitlab_system_hook_push_is_routed_and_its_other_kinds_ignored() {
     assert_eq!(status, StatusCode::ACCEPTED);
     assert_eq!(reply, json!({"ignored": "System Hook (project_create)"}));
 
-    let merge = bytes(&json!({"object_kind": "merge_request"}));
-    let (status, reply) = call(
-        &app,
-        gitlab_request("Merge Request Hook", &merge).to_request(),
-    )
-    .await;
+    let note = bytes(&json!({"object_kind": "note"}));
+    let (status, reply) = call(&app, gitlab_request("Note Hook", &note).to_request()).await;
     assert_eq!(status, StatusCode::ACCEPTED);
-    assert_eq!(reply, json!({"ignored": "Merge Request Hook"}));
+    assert_eq!(reply, json!({"ignored": "Note Hook"}));
 
     assert_eq!(keys(&fx.enqueued().await), ["gl/feature"]);
     assert_eq!(fx.outcome("gitlab", "ignored"), 2);
+}
+
+#[actix_web::test]
+async fn a_pull_request_is_one_preview_event_naming_the_apps_of_its_base_branch() {
+    let mut fx = Fixture::new(settings()).await;
+    let app = service!(fx);
+    let body = bytes(&super::github::tests::github_pull_request(
+        "opened",
+        "octo-org/deploy",
+    ));
+    let (status, reply) = call(
+        &app,
+        github_request("pull_request", "pr-1", &body).to_request(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        reply,
+        json!({"preview": "github-preview/octo-org:deploy#12", "applications": 3})
+    );
+    let events = fx.enqueued().await;
+    assert_eq!(keys(&events), ["github-preview/octo-org:deploy#12"]);
+    let Cause::Preview(pull) = &events[0].cause else {
+        panic!("{:?}", events[0].cause);
+    };
+    // Those following main (by name or as the default branch), whatever
+    // their path: the worker narrows them down to what the diff touches.
+    let apps: Vec<String> = pull.apps.iter().map(AppKey::to_string).collect();
+    assert_eq!(apps, ["team/a", "team/b", "team/root"]);
+    assert_eq!(
+        events[0].revision.as_deref(),
+        Some("6dcb09b5b57875f334f61aebed695e2e4193db5e")
+    );
+    // The same delivery again is a duplicate; a closed one is ignored.
+    let (_, reply) = call(
+        &app,
+        github_request("pull_request", "pr-1", &body).to_request(),
+    )
+    .await;
+    assert_eq!(reply, json!({"duplicate": true}));
+    let closed = bytes(&super::github::tests::github_pull_request(
+        "closed",
+        "octo-org/deploy",
+    ));
+    let (status, reply) = call(
+        &app,
+        github_request("pull_request", "pr-2", &closed).to_request(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    assert_eq!(reply, json!({"ignored": "pull_request (closed)"}));
+    assert!(fx.enqueued().await.is_empty());
 }
 
 #[actix_web::test]

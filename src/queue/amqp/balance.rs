@@ -11,11 +11,11 @@ use lapin::message::Delivery as AmqpDelivery;
 use lapin::options::{BasicCancelOptions, BasicPublishOptions};
 use lapin::types::{AMQPValue, FieldTable, ShortString};
 use lapin::{BasicProperties, Channel};
-use tokio::sync::{Notify, watch};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, watch};
 
 use super::consume::{Ended, Feeder, requeue_all};
 use super::topology::ShardCounts;
-use super::{PROBE_HEADER, Shared};
+use super::{PROBE_HEADER, QueueType, Shared};
 
 /// A shard counts as ours while a probe or an event came from it within
 /// this many balance intervals (or while the worker holds one of its
@@ -44,13 +44,23 @@ pub(super) struct Balance {
     /// Where the subscriptions start: processes started together then
     /// come first on different shards, hence share them from the start.
     pub(super) offset: usize,
+    /// A probe's expiration, in milliseconds (see `probe`).
+    pub(super) probe_expiration: String,
+    /// `prefetch` permits, one per delivery handed to the worker until it
+    /// is settled. The prefetch is set per consumer (global QoS is gone
+    /// from RabbitMQ 4, and quorum queues refuse it), so each shard may
+    /// send that many; this bounds them over all shards together, as the
+    /// `Queue` contract says. What waits for a permit stays unacknowledged
+    /// with this consumer, as it would at the broker.
+    pub(super) outstanding: Arc<Semaphore>,
 }
 
 impl Balance {
-    pub(super) fn new(shared: &Shared) -> Self {
+    pub(super) fn new(shared: &Shared, prefetch: u16) -> Self {
         static NEXT: AtomicU64 = AtomicU64::new(0);
         let shards = shared.names.shards.len();
         let idle = Arc::new(Notify::new());
+        let interval = shared.settings.balance_interval.max(MIN_BALANCE_INTERVAL);
         let random = {
             use std::hash::{BuildHasher, Hasher};
             std::collections::hash_map::RandomState::new()
@@ -63,7 +73,7 @@ impl Balance {
                 shared.connection_name,
                 NEXT.fetch_add(1, Ordering::Relaxed)
             ),
-            interval: shared.settings.balance_interval.max(MIN_BALANCE_INTERVAL),
+            interval,
             unsettled: (0..shards)
                 .map(|_| {
                     Arc::new(Unsettled {
@@ -74,6 +84,11 @@ impl Balance {
                 .collect(),
             idle,
             offset: usize::try_from(random % shards.max(1) as u64).unwrap_or(0),
+            outstanding: Arc::new(Semaphore::new(usize::from(prefetch.max(1)))),
+            probe_expiration: match shared.settings.queue_type {
+                QueueType::Classic => "0".to_string(),
+                QueueType::Quorum => interval.as_millis().to_string(),
+            },
         }
     }
 }
@@ -85,9 +100,9 @@ pub(super) struct Unsettled {
 }
 
 impl Unsettled {
-    pub(super) fn hold(self: &Arc<Self>) -> Settling {
+    pub(super) fn hold(self: &Arc<Self>, outstanding: OwnedSemaphorePermit) -> Settling {
         self.count.fetch_add(1, Ordering::SeqCst);
-        Settling(self.clone())
+        Settling(self.clone(), outstanding)
     }
 
     pub(super) fn idle(&self) -> bool {
@@ -95,8 +110,13 @@ impl Unsettled {
     }
 }
 
-/// Held by a delivery until it is settled (acked, requeued, given back).
-pub(super) struct Settling(pub(super) Arc<Unsettled>);
+/// Held by a delivery until it is settled (acked, requeued, given back),
+/// with its place among the `prefetch` deliveries the worker may hold.
+pub(super) struct Settling(
+    pub(super) Arc<Unsettled>,
+    // Never read: held for its drop, which gives the permit back.
+    #[allow(dead_code)] OwnedSemaphorePermit,
+);
 
 impl Drop for Settling {
     fn drop(&mut self) {
@@ -131,8 +151,13 @@ impl Feeder<'_> {
         if !self.link.connection.status().blocked() {
             for (slot, counts) in self.subscription.shards.iter().zip(counts) {
                 if counts.messages == 0
-                    && let Err(error) =
-                        probe(&self.subscription.channel, &slot.queue, &self.balance.id).await
+                    && let Err(error) = probe(
+                        &self.subscription.channel,
+                        &slot.queue,
+                        &self.balance.id,
+                        &self.balance.probe_expiration,
+                    )
+                    .await
                 {
                     tracing::debug!(%error, queue = %slot.queue, "failed to probe a shard");
                 }
@@ -277,13 +302,17 @@ impl Feeder<'_> {
 }
 
 /// Asks whoever is the active consumer of `queue` to say so: an empty
-/// message through the default exchange, straight to the queue. It expires
-/// at once unless a consumer can take it at once, so it never waits in the
-/// queue (nor in `depth`) and never outlives its consumer.
+/// message through the default exchange, straight to the queue. On a
+/// classic queue it expires at once unless a consumer can take it at once,
+/// so it never waits in the queue (nor in `depth`) and never outlives its
+/// consumer. A quorum queue drops a message that expires at once before any
+/// consumer sees it (it expires messages as it applies them), so there it
+/// lives one balance interval (`expiration`).
 pub(super) async fn probe(
     channel: &Channel,
     queue: &ShortString,
     id: &str,
+    expiration: &str,
 ) -> Result<(), lapin::Error> {
     let mut headers = FieldTable::default();
     headers.insert(
@@ -291,7 +320,7 @@ pub(super) async fn probe(
         AMQPValue::LongString(id.to_string().into()),
     );
     let properties = BasicProperties::default()
-        .with_expiration("0".into())
+        .with_expiration(expiration.into())
         .with_headers(headers);
     channel
         .basic_publish(

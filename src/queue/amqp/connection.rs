@@ -17,9 +17,9 @@ use super::topology::declare_topology;
 use super::{Shared, unavailable};
 use crate::queue::QueueError;
 
-/// How long one connection attempt (TCP, AMQP handshake, topology) may take
-/// before it counts as failed: a host that drops packets would otherwise hang
-/// the attempt for the kernel's SYN timeout.
+/// How long one connection attempt to one URL (TCP, AMQP handshake,
+/// topology) may take before it counts as failed: a host that drops packets
+/// would otherwise hang the attempt for the kernel's SYN timeout.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// Reconnect backoff: quick after a blip (a broker restart, a closed
@@ -80,9 +80,15 @@ impl Link {
             tokio::select! {
                 _ = stop.changed() => return false,
                 event = events.next() => match event {
-                    Some(lapin::Event::Error(error)) => {
+                    // A channel closed by the broker (a passive declare of a
+                    // missing queue, say) is reported here too; only an error
+                    // that took the connection with it is a loss.
+                    Some(lapin::Event::Error(error)) if !self.connection.status().connected() => {
                         tracing::warn!(%error, "lost the connection to RabbitMQ");
                         return true;
+                    }
+                    Some(lapin::Event::Error(error)) => {
+                        tracing::debug!(%error, "a channel was closed by RabbitMQ");
                     }
                     Some(_) => {}
                     None => return true,
@@ -137,12 +143,41 @@ impl Shared {
             })
     }
 
-    /// One connection attempt: connect, declare the topology, open the
-    /// publishing channel.
-    async fn establish(&self) -> Result<Link, QueueError> {
+    /// One connection attempt: the broker URLs in turn, starting with
+    /// `next_url`, until one connects with the topology declared.
+    async fn establish(&self) -> Result<(Link, usize), QueueError> {
+        let urls = self.settings.urls();
+        if urls.is_empty() {
+            return Err(QueueError::Unavailable("no RabbitMQ URL given".into()));
+        }
+        let start = self.next_url.load(Ordering::Relaxed);
+        let mut failures = Vec::with_capacity(urls.len());
+        for index in (0..urls.len()).map(|k| (start + k) % urls.len()) {
+            let url = urls[index];
+            let attempt = tokio::time::timeout(CONNECT_TIMEOUT, self.establish_on(url))
+                .await
+                .unwrap_or_else(|_| {
+                    Err(QueueError::Unavailable(format!(
+                        "no connection within {CONNECT_TIMEOUT:?}"
+                    )))
+                });
+            match attempt {
+                Ok(link) => return Ok((link, index)),
+                Err(error) => {
+                    tracing::debug!(url = %super::redacted(url), %error, "a broker URL failed");
+                    failures.push(format!("{}: {error}", super::redacted(url)));
+                }
+            }
+        }
+        Err(QueueError::Unavailable(failures.join("; ")))
+    }
+
+    /// Connect to one URL, declare the topology, open the publishing
+    /// channel.
+    async fn establish_on(&self, url: &str) -> Result<Link, QueueError> {
         let properties = ConnectionProperties::default()
             .with_connection_name(self.connection_name.clone().into());
-        let connection = Connection::connect(&self.settings.url, properties)
+        let connection = Connection::connect(url, properties)
             .await
             .map_err(|e| unavailable("failed to connect to RabbitMQ", e))?;
         let link = Link {
@@ -155,7 +190,7 @@ impl Shared {
                 .create_channel()
                 .await
                 .map_err(|e| unavailable("failed to open a channel", e))?;
-            declare_topology(&channel, &self.names, &self.settings.retry).await?;
+            declare_topology(&channel, &self.names, &self.settings).await?;
             let _ = channel.close(200, "declared".into()).await;
             link.publisher()
                 .await
@@ -180,15 +215,21 @@ pub(super) async fn supervise(shared: Arc<Shared>, mut stop: watch::Receiver<()>
         let attempt = shared.connection_attempts.fetch_add(1, Ordering::Relaxed) + 1;
         let established = tokio::select! {
             _ = stop.changed() => return,
-            result = tokio::time::timeout(CONNECT_TIMEOUT, shared.establish()) => {
-                result.unwrap_or_else(|_| {
-                    Err(QueueError::Unavailable(format!("no connection within {CONNECT_TIMEOUT:?}")))
-                })
-            }
+            result = shared.establish() => result,
         };
         match established {
-            Ok(link) => {
-                tracing::info!(attempt, name = %shared.connection_name, "connected to RabbitMQ");
+            Ok((link, index)) => {
+                let urls = shared.settings.urls();
+                let url = urls
+                    .get(index)
+                    .map(|url| super::redacted(url))
+                    .unwrap_or_default();
+                tracing::info!(attempt, name = %shared.connection_name, %url, "connected to RabbitMQ");
+                // Lost, it is most likely this node that went: the next
+                // attempt starts with the next URL (one URL: itself).
+                shared
+                    .next_url
+                    .store((index + 1) % urls.len().max(1), Ordering::Relaxed);
                 let since = tokio::time::Instant::now();
                 shared.link.send_replace(Some(link.clone()));
                 let lost = link.until_lost(&mut stop).await;

@@ -10,16 +10,18 @@ use futures::future::{BoxFuture, FutureExt};
 use futures::stream::{BoxStream, StreamExt};
 use lapin::Channel;
 use lapin::message::Delivery as AmqpDelivery;
-use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions};
+use lapin::options::{
+    BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions,
+};
 use lapin::types::{FieldTable, ShortString};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{OwnedSemaphorePermit, mpsc, watch};
 
 use super::acker::{AmqpAcker, give_back_later};
 use super::balance::{Balance, Pending, Unsettled, is_probe};
 use super::connection::{Link, RECONNECT_MAX, STABLE, reconnect_backoff};
 use super::redelivery::{self, Admission};
 use super::topology::{ShardCounts, count_shards};
-use super::{Shared, short, unavailable};
+use super::{QueueType, Shared, short, unavailable};
 use crate::event::Event;
 use crate::queue::{Delivery, QueueError};
 
@@ -40,7 +42,7 @@ pub(super) async fn consume(
     deliveries: mpsc::Sender<Delivery>,
     mut stop: watch::Receiver<()>,
 ) {
-    let balance = Balance::new(&shared);
+    let balance = Balance::new(&shared, prefetch);
     let mut links = shared.link.subscribe();
     let mut backoff = reconnect_backoff();
     loop {
@@ -126,14 +128,16 @@ pub(super) struct ShardSlot {
 }
 
 /// A consuming channel with one consumer per shard. The prefetch is per
-/// channel (`global`), so it bounds the deliveries outstanding over all
-/// shards together, as the `Queue` contract says, resubscribed ones
-/// included.
+/// consumer (RabbitMQ 4 has no global QoS; quorum queues refuse it); the
+/// balance's permits bound the deliveries the worker holds over all shards
+/// together, as the `Queue` contract says, resubscribed ones included.
 pub(super) struct Subscription {
     pub(super) channel: Channel,
     pub(super) stream: Deliveries,
     pub(super) shards: Vec<ShardSlot>,
     next_generation: u64,
+    /// Held while subscribed: the consumer on `Names::consumers`.
+    _roll_call: lapin::Consumer,
 }
 
 impl Subscription {
@@ -187,7 +191,7 @@ pub(super) async fn subscribe(
         .await
         .map_err(|e| unavailable("failed to open a consuming channel", e))?;
     channel
-        .basic_qos(prefetch, BasicQosOptions { global: true })
+        .basic_qos(prefetch, BasicQosOptions { global: false })
         .await
         .map_err(|e| unavailable("failed to set the prefetch", e))?;
     let shards = shared
@@ -205,11 +209,22 @@ pub(super) async fn subscribe(
         })
         .collect::<Result<Vec<_>, QueueError>>()?;
     let count = shards.len();
+    // Answers the roll call (see `Names::consumers`); no message comes.
+    let roll_call = channel
+        .basic_consume(
+            short(&shared.names.consumers)?,
+            "".into(),
+            BasicConsumeOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .map_err(|e| unavailable(format!("failed to consume {}", shared.names.consumers), e))?;
     let mut subscription = Subscription {
         channel,
         stream: futures::stream::SelectAll::new(),
         shards,
         next_generation: 0,
+        _roll_call: roll_call,
     };
     for k in 0..count {
         subscription
@@ -248,7 +263,16 @@ async fn forward(feeder: &mut Feeder<'_>, stop: &mut watch::Receiver<()>) -> End
                     census = Some(
                         count_shards(
                             feeder.link.connection.clone(),
-                            feeder.shared.names.shards.clone(),
+                            // The roll call last: its count of consumers
+                            // is the one a quorum shard does not give.
+                            feeder
+                                .shared
+                                .names
+                                .shards
+                                .iter()
+                                .chain([&feeder.shared.names.consumers])
+                                .cloned()
+                                .collect(),
                             feeder.shared.settings.confirm_timeout,
                         )
                         .boxed(),
@@ -277,10 +301,40 @@ async fn forward(feeder: &mut Feeder<'_>, stop: &mut watch::Receiver<()>) -> End
         }
     };
     feeder.give_back_held().await;
+    if let Ended::Stopped = ended {
+        feeder.give_back_buffered().await;
+    }
     ended
 }
 
 impl Feeder<'_> {
+    /// Stopping with the channel kept open (deliveries of the worker are
+    /// still to be settled on it): the consumers are cancelled and what
+    /// their prefetch had already brought goes back now, for another
+    /// consumer, rather than when the channel closes.
+    async fn give_back_buffered(&mut self) {
+        let timeout = self.shared.settings.confirm_timeout;
+        let subscription = &mut self.subscription;
+        let _ = tokio::time::timeout(timeout, async {
+            for slot in &mut subscription.shards {
+                if let Some(tag) = slot.tag.take() {
+                    let _ = subscription
+                        .channel
+                        .basic_cancel(tag, BasicCancelOptions::default())
+                        .await;
+                }
+            }
+            let mut buffered = Vec::new();
+            while let Some(Some(incoming)) = subscription.stream.next().now_or_never() {
+                if let Some(Ok(delivery)) = incoming.delivery {
+                    buffered.push(delivery);
+                }
+            }
+            requeue_all(buffered).await;
+        })
+        .await;
+    }
+
     async fn on_incoming(
         &mut self,
         incoming: Incoming,
@@ -344,7 +398,18 @@ impl Feeder<'_> {
     ) -> Result<(), Ended> {
         let unsettled = &self.balance.unsettled[shard];
         let channel = &self.subscription.channel;
-        let Some(delivery) = decode(self.shared, channel, delivery, unsettled).await else {
+        let outstanding = self.balance.outstanding.clone();
+        let permit = tokio::select! {
+            _ = stop.changed() => None,
+            _ = self.deliveries.closed() => None,
+            permit = outstanding.acquire_owned() => permit.ok(),
+        };
+        let Some(permit) = permit else {
+            // Stopping: it goes back now, not when the channel closes.
+            requeue_all(vec![delivery]).await;
+            return Err(Ended::Stopped);
+        };
+        let Some(delivery) = decode(self.shared, channel, delivery, unsettled, permit).await else {
             return Ok(());
         };
         tokio::select! {
@@ -373,14 +438,21 @@ async fn decode(
     channel: &Channel,
     delivery: AmqpDelivery,
     unsettled: &Arc<Unsettled>,
+    outstanding: OwnedSemaphorePermit,
 ) -> Option<Delivery> {
     match Event::from_bytes(&delivery.data) {
         Ok(event) => {
-            let admission = redelivery::admit(
-                delivery.redelivered,
-                redelivery::deliveries(delivery.properties.headers().as_ref()),
-                shared.settings.max_deliveries,
-            );
+            let headers = delivery.properties.headers().as_ref();
+            let max = shared.settings.max_deliveries;
+            let admission = match shared.settings.queue_type {
+                QueueType::Quorum => redelivery::admit_counted(
+                    redelivery::count(headers, redelivery::BROKER_COUNT_HEADER),
+                    max,
+                ),
+                QueueType::Classic => {
+                    redelivery::admit(delivery.redelivered, redelivery::deliveries(headers), max)
+                }
+            };
             if admission != Admission::Deliver {
                 redelivery::count_or_park(shared, channel, delivery, &event, admission).await;
                 return None;
@@ -390,7 +462,7 @@ async fn decode(
                 event: event.clone(),
                 delivery: Some(delivery.acker),
                 channel: channel.clone(),
-                settling: Some(unsettled.hold()),
+                settling: Some(unsettled.hold(outstanding)),
             };
             Some(Delivery {
                 event,

@@ -57,6 +57,7 @@ mod connection;
 mod consume;
 mod publish;
 mod redelivery;
+mod reshard;
 mod topology;
 
 use std::sync::Arc;
@@ -96,8 +97,13 @@ const PARKED_READ_LIMIT: usize = 10_000;
 
 #[derive(Clone)]
 pub struct AmqpSettings {
-    /// `amqp://user:password@host:port/vhost` (the vhost `/` is `%2f`).
+    /// `amqp://user:password@host:port/vhost` (the vhost `/` is `%2f`);
+    /// several, comma-separated, for the nodes of a cluster: each
+    /// (re)connect tries them in turn, starting after the one that failed.
     pub url: String,
+    /// What the shard, retry and parking queues are (fixed when they are
+    /// first declared; see `QueueType`).
+    pub queue_type: QueueType,
     /// Every exchange and queue name starts with it, so two installations
     /// (or two tests) can share a broker.
     pub prefix: String,
@@ -126,6 +132,7 @@ impl Default for AmqpSettings {
     fn default() -> Self {
         Self {
             url: "amqp://guest:guest@127.0.0.1:5672/%2f".into(),
+            queue_type: QueueType::default(),
             prefix: "setpoint".into(),
             shards: 16,
             retry: RetryPolicy::default(),
@@ -140,7 +147,8 @@ impl Default for AmqpSettings {
 impl std::fmt::Debug for AmqpSettings {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AmqpSettings")
-            .field("url", &redacted(&self.url))
+            .field("url", &redacted_urls(&self.url))
+            .field("queue_type", &self.queue_type)
             .field("prefix", &self.prefix)
             .field("shards", &self.shards)
             .field("retry", &self.retry)
@@ -148,6 +156,75 @@ impl std::fmt::Debug for AmqpSettings {
             .field("balance_interval", &self.balance_interval)
             .field("max_deliveries", &self.max_deliveries)
             .finish()
+    }
+}
+
+impl AmqpSettings {
+    /// The broker URLs, in the order given.
+    pub fn urls(&self) -> Vec<&str> {
+        split_urls(&self.url)
+    }
+}
+
+/// `a, b,c` → `[a, b, c]`; blanks (a trailing comma, a newline in a file)
+/// are skipped.
+pub fn split_urls(urls: &str) -> Vec<&str> {
+    urls.split([',', '\n'])
+        .map(str::trim)
+        .filter(|url| !url.is_empty())
+        .collect()
+}
+
+/// Every URL of a list with its password hidden.
+pub fn redacted_urls(urls: &str) -> String {
+    split_urls(urls)
+        .into_iter()
+        .map(redacted)
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// The kind of the shard, retry and parking queues.
+///
+/// Quorum queues (the default) are replicated over a cluster's nodes
+/// (Raft): a node lost takes no event with it while a majority is up, and
+/// they count the deliveries that came back unacknowledged themselves
+/// (`x-delivery-count`). Classic queues live on one node; they are kept for
+/// brokers that already hold them (RabbitMQ refuses to redeclare a queue
+/// with another type) or cannot run quorum queues. Neither uses what
+/// RabbitMQ 4 removed: no global QoS, no transient or mirrored queues.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum QueueType {
+    Classic,
+    #[default]
+    Quorum,
+}
+
+impl QueueType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            QueueType::Classic => "classic",
+            QueueType::Quorum => "quorum",
+        }
+    }
+}
+
+impl std::str::FromStr for QueueType {
+    type Err = String;
+    fn from_str(value: &str) -> Result<Self, Self::Err> {
+        match value {
+            "classic" => Ok(QueueType::Classic),
+            "quorum" => Ok(QueueType::Quorum),
+            other => Err(format!(
+                "unknown queue type {other:?} (expected classic or quorum)"
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for QueueType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 
@@ -186,6 +263,8 @@ struct Shared {
     /// `Some` while connected with the topology declared.
     link: watch::Sender<Option<Link>>,
     connection_attempts: AtomicU64,
+    /// The index of the URL the next connection attempt starts with.
+    next_url: AtomicUsize,
     /// Shards the consumer knows it is active on, as of its last count.
     active_shards: AtomicUsize,
 }
@@ -211,6 +290,7 @@ impl AmqpQueue {
             connection_name,
             link: watch::Sender::new(None),
             connection_attempts: AtomicU64::new(0),
+            next_url: AtomicUsize::new(0),
             active_shards: AtomicUsize::new(0),
         });
         let (stop, stopped) = watch::channel(());
@@ -341,7 +421,7 @@ impl AmqpQueue {
             .shards
             .iter()
             .chain(&names.retries)
-            .chain([&names.parked])
+            .chain([&names.parked, &names.consumers])
             .map(|queue| (queue, true));
         let exchanges = names
             .retries
@@ -408,6 +488,10 @@ impl Queue for AmqpQueue {
         let prefetch = prefetch.max(1);
         let (deliveries, receiver) = mpsc::channel(usize::from(prefetch));
         let stop = self.0.stop.subscribe();
+        tokio::spawn(reshard::drain_stale_shards(
+            self.0.shared.clone(),
+            self.0.stop.subscribe(),
+        ));
         tokio::spawn(consume::consume(
             self.0.shared.clone(),
             prefetch,
@@ -463,6 +547,41 @@ mod tests {
         let shown = format!("{settings:?}");
         assert!(shown.contains("amqp://bot:***@mq:5672/%2f") && !shown.contains("s3cret"));
         assert_eq!(redacted("amqp://mq:5672"), "amqp://mq:5672");
+    }
+
+    #[test]
+    fn several_urls_are_split_and_each_hides_its_password() {
+        let settings = AmqpSettings {
+            url: "amqp://a:pw1@mq-0:5672/%2f, amqp://a:pw2@mq-1:5672/%2f,\namqp://mq-2/,".into(),
+            ..Default::default()
+        };
+        assert_eq!(
+            settings.urls(),
+            [
+                "amqp://a:pw1@mq-0:5672/%2f",
+                "amqp://a:pw2@mq-1:5672/%2f",
+                "amqp://mq-2/"
+            ]
+        );
+        let shown = format!("{settings:?}");
+        assert!(
+            shown.contains("amqp://a:***@mq-0:5672/%2f,amqp://a:***@mq-1:5672/%2f,amqp://mq-2/"),
+            "{shown}"
+        );
+        assert!(!shown.contains("pw1") && !shown.contains("pw2"));
+    }
+
+    #[test]
+    fn queue_types_parse_and_default_to_quorum() {
+        assert_eq!(QueueType::default(), QueueType::Quorum);
+        assert_eq!("classic".parse(), Ok(QueueType::Classic));
+        assert_eq!("quorum".parse(), Ok(QueueType::Quorum));
+        assert!(
+            "mirrored"
+                .parse::<QueueType>()
+                .unwrap_err()
+                .contains("classic or quorum")
+        );
     }
 
     #[test]

@@ -1,8 +1,13 @@
 //! A message that crashes its worker must not loop. Unacknowledged when its
 //! worker dies (a crash, an OOM kill, a SIGKILL), a delivery goes back to its
 //! shard and to the next active consumer, which would die the same way.
-//! Quorum queues count deliveries (`x-delivery-limit`); the shards are
-//! classic queues, which only flag a delivery as `redelivered`. So the count
+//!
+//! Quorum shards count the deliveries that came back themselves: the broker
+//! sets `x-delivery-count` on each redelivery, and at `max_deliveries` the
+//! event is parked (its reason in `x-setpoint-error`) instead of reaching the
+//! worker; nothing is republished (`admit_counted`).
+//!
+//! Classic shards only flag a delivery as `redelivered`. So the count
 //! travels in the message itself, header `x-setpoint-deliveries`: before a
 //! redelivered event reaches the worker, a copy with the count plus one is
 //! published (confirmed) through the events exchange, which hashes it to the
@@ -62,6 +67,20 @@ pub(super) fn admit(redelivered: bool, previous: u32, max_deliveries: u32) -> Ad
     }
 }
 
+/// The same decision on a quorum shard, which counted the deliveries that
+/// came back (`x-delivery-count`, absent on the first delivery): nothing
+/// to republish, so below the limit it goes to the worker as it is.
+pub(super) fn admit_counted(returned: u32, max_deliveries: u32) -> Admission {
+    if returned >= max_deliveries {
+        Admission::Park(returned)
+    } else {
+        Admission::Deliver
+    }
+}
+
+/// The header a quorum queue counts the deliveries that came back in.
+pub(super) const BROKER_COUNT_HEADER: &str = "x-delivery-count";
+
 /// The parked message's reason.
 pub(super) fn parked_reason(deliveries: u32) -> String {
     format!(
@@ -72,7 +91,12 @@ pub(super) fn parked_reason(deliveries: u32) -> String {
 
 /// The count a message carries.
 pub(super) fn deliveries(headers: Option<&FieldTable>) -> u32 {
-    let value = headers.and_then(|headers| headers.inner().get(DELIVERIES_HEADER));
+    count(headers, DELIVERIES_HEADER)
+}
+
+/// A whole-number header, 0 when absent or not a number.
+pub(super) fn count(headers: Option<&FieldTable>, header: &str) -> u32 {
+    let value = headers.and_then(|headers| headers.inner().get(header));
     match value {
         Some(AMQPValue::LongUInt(n)) => *n,
         Some(AMQPValue::LongLongInt(n)) => u32::try_from(*n).unwrap_or(u32::MAX),
@@ -153,6 +177,17 @@ mod tests {
         assert_eq!(admit(true, u32::MAX, 3), Admission::Park(u32::MAX));
         // A limit of one parks the first redelivery.
         assert_eq!(admit(true, 0, 1), Admission::Park(1));
+    }
+
+    #[test]
+    fn a_quorum_shards_count_parks_at_the_limit_without_copies() {
+        assert_eq!(admit_counted(0, 3), Admission::Deliver);
+        assert_eq!(admit_counted(2, 3), Admission::Deliver);
+        assert_eq!(admit_counted(3, 3), Admission::Park(3));
+        assert_eq!(admit_counted(9, 3), Admission::Park(9));
+        let mut headers = FieldTable::default();
+        headers.insert(BROKER_COUNT_HEADER.into(), AMQPValue::LongLongInt(2));
+        assert_eq!(count(Some(&headers), BROKER_COUNT_HEADER), 2);
     }
 
     #[test]

@@ -64,6 +64,14 @@ impl<'a> Request<'a> {
         }
     }
 
+    pub(super) fn patch(path: &'a str, body: &impl Serialize) -> Request<'a> {
+        Request {
+            method: Method::PATCH,
+            path,
+            body: serde_json::to_value(body).ok(),
+        }
+    }
+
     pub(super) fn post_empty(path: &'a str) -> Request<'a> {
         Request {
             method: Method::POST,
@@ -207,6 +215,7 @@ impl Api {
         };
         let response = match (&request.method, &request.body) {
             (&Method::GET, _) => self.octocrab._get(request.path).await,
+            (&Method::PATCH, body) => self.octocrab._patch(request.path, body.as_ref()).await,
             (_, Some(body)) => self.octocrab._post(request.path, Some(body)).await,
             (_, None) => self.octocrab._post(request.path, None::<&()>).await,
         }

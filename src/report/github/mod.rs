@@ -36,9 +36,11 @@ use crate::source::repo_url::normalize_url;
 
 mod api;
 mod hooks;
+mod pulls;
 mod statuses;
 
 pub use hooks::{HookRef, HookScope, Redelivery, RedeliveryReport};
+pub use pulls::{CheckRun, CommentPosted, PullRequests};
 pub use statuses::{CommitStatus, CommitStatuses, State};
 
 /// github.com's API; GitHub Enterprise Server's is `https://HOST/api/v3`.

@@ -19,6 +19,7 @@ mod command;
 mod files;
 mod freshness;
 mod mirror;
+mod pull;
 mod remote;
 mod revision;
 mod tree;

@@ -13,6 +13,7 @@
 //! This opens a connection of its own, so the event queue's connection and
 //! its topology are left as they are.
 
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -37,6 +38,9 @@ pub struct AmqpSeen {
     window: Duration,
     /// Connected lazily, again after a loss.
     link: Mutex<Option<(Connection, Channel)>>,
+    /// The URL (of a comma-separated list: a cluster's nodes) to try first;
+    /// the one after the last that failed.
+    next_url: std::sync::atomic::AtomicUsize,
 }
 
 impl AmqpSeen {
@@ -46,6 +50,7 @@ impl AmqpSeen {
             prefix: prefix.to_string(),
             window,
             link: Mutex::new(None),
+            next_url: std::sync::atomic::AtomicUsize::new(0),
         }
     }
 
@@ -71,9 +76,19 @@ impl AmqpSeen {
         }
         let properties =
             ConnectionProperties::default().with_connection_name("setpoint-webhook-seen".into());
-        let connection = Connection::connect(&self.url, properties)
-            .await
-            .map_err(|e| unavailable("failed to connect to RabbitMQ", e))?;
+        let urls = crate::queue::amqp::split_urls(&self.url);
+        let start = self.next_url.load(Ordering::Relaxed);
+        let mut connected = Err(DedupeError::Unavailable("no RabbitMQ URL given".into()));
+        for index in (0..urls.len()).map(|k| (start + k) % urls.len()) {
+            connected = Connection::connect(urls[index], properties.clone())
+                .await
+                .map_err(|e| unavailable("failed to connect to RabbitMQ", e));
+            if connected.is_ok() {
+                self.next_url.store(index, Ordering::Relaxed);
+                break;
+            }
+        }
+        let connection = connected?;
         let channel = connection
             .create_channel()
             .await
@@ -89,6 +104,8 @@ impl AmqpSeen {
     /// Drops the link after an error, so the next call connects afresh.
     async fn reset(&self) {
         if let Some((connection, _)) = self.link.lock().await.take() {
+            // Its node may be the one that went: start with the next.
+            self.next_url.fetch_add(1, Ordering::Relaxed);
             let _ = connection.close(200, "reset".into()).await;
         }
     }

@@ -256,7 +256,20 @@ impl ChartSource {
                 request.known_version.map(|v| (request.chart, v)),
             )
             .await?;
-        let entry = Self::choose(&listing, request.repository, request.chart, request.range)?;
+        let entry = match Self::choose(&listing, request.repository, request.chart, request.range) {
+            Ok(entry) => entry,
+            // An absence is confirmed against the repository itself (one
+            // conditional request, a 304 when nothing changed), never
+            // concluded from a cached listing: a version published since
+            // the last poll is then picked now, not one poll later.
+            Err(ChartError::VersionNotFound { .. } | ChartError::ChartNotFound { .. }) => {
+                let fresh = self
+                    .listing(request.repository, request.auth, Duration::ZERO, None)
+                    .await?;
+                Self::choose(&fresh, request.repository, request.chart, request.range)?
+            }
+            Err(error) => return Err(error),
+        };
         match request.repository {
             Repository::Http { url } => {
                 let archive_url =

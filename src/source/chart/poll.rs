@@ -13,7 +13,7 @@ use kube::ResourceExt;
 use kube::runtime::reflector::Store;
 
 use super::{Auth, ChartSource, Repository};
-use crate::api::Application;
+use crate::api::{Application, ConditionStatus, ConditionType};
 use crate::context::Context;
 use crate::event::{AppKey, Cause, Event};
 use crate::queue::Queue;
@@ -39,6 +39,20 @@ pub fn enqueue(previous: Option<&Seen>, now: &Seen, synced_version: Option<&str>
             _ => false,
         },
     }
+}
+
+/// Whether `app`'s last reconcile stalled because its repository lacked the
+/// chart or a version in its range: a poll that now picks a version enqueues
+/// it whatever it saw before (level, not edge: a missed change cannot leave
+/// it stalled).
+pub fn stalled_on_absence(app: &Application) -> bool {
+    app.status.as_ref().is_some_and(|status| {
+        status.conditions.iter().any(|c| {
+            c.type_ == ConditionType::Stalled
+                && c.status == ConditionStatus::True
+                && matches!(c.reason.as_str(), "ChartVersionNotFound" | "ChartNotFound")
+        })
+    })
 }
 
 /// The version part of `status.sync.revision` (`1.2.3` or `1.2.3@sha256:…`).
@@ -159,7 +173,8 @@ async fn poll(
             },
             Err(error) => Seen::Failed(error.reason()),
         };
-        if enqueue(seen.get(&key), &now, synced_version(app)) {
+        let picked_at_last = matches!(now, Seen::Version(_)) && stalled_on_absence(app);
+        if enqueue(seen.get(&key), &now, synced_version(app)) || picked_at_last {
             let version = match &now {
                 Seen::Version(version) => Some(version.clone()),
                 Seen::Failed(_) => None,
@@ -216,6 +231,32 @@ mod tests {
         assert!(enqueue(Some(&version("1.0.0")), &down, Some("1.0.0")));
         assert!(!enqueue(Some(&down), &down, Some("1.0.0")));
         assert!(enqueue(Some(&down), &version("1.0.0"), Some("1.0.0")));
+    }
+
+    #[test]
+    fn an_application_stalled_on_a_missing_version_is_waiting_for_one() {
+        let mut app = Application::new("web", Default::default());
+        assert!(!stalled_on_absence(&app));
+        let condition = |type_, reason: &str| crate::api::Condition {
+            type_,
+            status: ConditionStatus::True,
+            reason: reason.into(),
+            message: String::new(),
+            last_transition_time: String::new(),
+            observed_generation: None,
+        };
+        let mut status = crate::api::ApplicationStatus::default();
+        status
+            .conditions
+            .push(condition(ConditionType::Stalled, "ChartVersionNotFound"));
+        app.status = Some(status.clone());
+        assert!(stalled_on_absence(&app));
+        status.conditions[0].reason = "ChartDigestMismatch".into();
+        app.status = Some(status.clone());
+        assert!(!stalled_on_absence(&app), "a poll cannot mend that");
+        status.conditions[0] = condition(ConditionType::Ready, "ChartNotFound");
+        app.status = Some(status);
+        assert!(!stalled_on_absence(&app));
     }
 
     #[test]

@@ -10,6 +10,10 @@
 //! picks up). So a reconcile of an in-sync Application whose objects did not
 //! move sends no dry run at all.
 //!
+//! An answer that is the live object itself (Setpoint's fields and its
+//! managedFields entry as they are: the object is in sync) is held as a
+//! mark, not as a copy: a fleet in sync costs a few bytes per object.
+//!
 //! A dry run is a PATCH but writes nothing: the request counter counts it
 //! apart (`dry_runs`), never as a write.
 
@@ -49,7 +53,14 @@ const MAX_OBJECTS: usize = 100_000;
 struct Cached {
     resource_version: String,
     body_hash: [u8; 32],
-    result: Box<[u8]>,
+    answer: Answer,
+}
+
+enum Answer {
+    /// The live object of that version, slimmed, is the answer.
+    Live,
+    /// The slimmed answer, as JSON text.
+    Other(Box<[u8]>),
 }
 
 impl DryRunCache {
@@ -60,18 +71,30 @@ impl DryRunCache {
         }
     }
 
-    fn get(&self, id: &ObjectId, resource_version: &str, body_hash: &[u8; 32]) -> Option<Value> {
+    /// The answer for `id` at `live`'s version and Git's `body_hash`.
+    fn get(&self, id: &ObjectId, live: &Value, body_hash: &[u8; 32]) -> Option<Value> {
+        let resource_version = resource_version(live);
         let cache = self.entries.lock().expect("dry-run cache lock");
-        cache
+        let cached = cache
             .get(id)
-            .filter(|c| c.resource_version == resource_version && &c.body_hash == body_hash)
-            .and_then(|c| serde_json::from_slice(&c.result).ok())
+            .filter(|c| c.resource_version == resource_version && &c.body_hash == body_hash)?;
+        match &cached.answer {
+            Answer::Live => Some(slim(live)),
+            Answer::Other(json) => serde_json::from_slice(json).ok(),
+        }
     }
 
-    fn put(&self, id: &ObjectId, resource_version: String, body_hash: [u8; 32], result: &Value) {
-        let Ok(result) = serde_json::to_vec(&slim(result)) else {
-            return;
+    fn put(&self, id: &ObjectId, live: &Value, body_hash: [u8; 32], result: &Value) {
+        let result = slim(result);
+        let answer = if result == slim(live) {
+            Answer::Live
+        } else {
+            match serde_json::to_vec(&result) {
+                Ok(json) => Answer::Other(json.into_boxed_slice()),
+                Err(_) => return,
+            }
         };
+        let resource_version = resource_version(live).to_string();
         let mut cache = self.entries.lock().expect("dry-run cache lock");
         if cache.len() >= self.max_objects && !cache.contains_key(id) {
             let evicted = cache.keys().next().cloned();
@@ -84,7 +107,7 @@ impl DryRunCache {
             Cached {
                 resource_version,
                 body_hash,
-                result: result.into_boxed_slice(),
+                answer,
             },
         );
     }
@@ -97,6 +120,13 @@ impl DryRunCache {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+}
+
+fn resource_version(object: &Value) -> &str {
+    object
+        .pointer("/metadata/resourceVersion")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
 }
 
 /// What `plan` reads of an answer: Setpoint's own managedFields entry and
@@ -143,13 +173,8 @@ pub async fn dry_run_live(
         let (Some(kind), Some(live_object)) = (&d.kind, find_live(id, &live.objects)) else {
             continue;
         };
-        let resource_version = live_object
-            .pointer("/metadata/resourceVersion")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_string();
         let body_hash: [u8; 32] = Sha256::digest(d.manifest.body.to_string().as_bytes()).into();
-        if let Some(result) = cache.get(id, &resource_version, &body_hash) {
+        if let Some(result) = cache.get(id, live_object, &body_hash) {
             metrics.dry_run("cached");
             results.insert(id.clone(), result);
             continue;
@@ -163,7 +188,7 @@ pub async fn dry_run_live(
             .map_err(|source| classify(id, source))?;
         metrics.dry_run("sent");
         let result = serde_json::to_value(&answer).expect("serializes");
-        cache.put(id, resource_version, body_hash, &result);
+        cache.put(id, live_object, body_hash, &result);
         results.insert(id.clone(), result);
     }
     Ok(results)
@@ -184,24 +209,54 @@ mod tests {
         }
     }
 
+    /// A live object of version `rv` (other than every answer below).
+    fn at(rv: &str) -> Value {
+        json!({"metadata": {"resourceVersion": rv}})
+    }
+
+    #[test]
+    fn an_answer_that_is_the_live_object_is_held_as_a_mark() {
+        let cache = DryRunCache::default();
+        let live = json!({
+            "metadata": {"name": "web", "resourceVersion": "7", "managedFields": [
+                {"manager": "setpoint", "operation": "Apply", "fieldsV1": {"f:spec": {"f:replicas": {}}}},
+                {"manager": "kubectl", "operation": "Update", "fieldsV1": {"f:metadata": {}}}
+            ]},
+            "spec": {"replicas": 5},
+            "status": {"replicas": 5}
+        });
+        cache.put(&id("web"), &live, [1; 32], &live.clone());
+        let held = cache.entries.lock().unwrap();
+        assert!(matches!(held[&id("web")].answer, Answer::Live));
+        drop(held);
+        assert_eq!(cache.get(&id("web"), &live, &[1; 32]), Some(slim(&live)));
+        // Drift: the answer differs from the live object, and is kept.
+        let mut drifted = live.clone();
+        drifted["metadata"]["resourceVersion"] = json!("8");
+        drifted["spec"]["replicas"] = json!(1);
+        cache.put(&id("web"), &drifted, [1; 32], &live);
+        assert_eq!(cache.get(&id("web"), &drifted, &[1; 32]), Some(slim(&live)));
+        assert_eq!(cache.get(&id("web"), &live, &[1; 32]), None, "version 7 is gone");
+    }
+
     #[test]
     fn an_answer_is_returned_for_its_live_version_and_body_only() {
         let cache = DryRunCache::default();
         let answer = json!({"metadata": {"name": "web", "managedFields": [{"manager": "setpoint"}]},
                             "spec": {"replicas": 5, "template": {"spec": {"containers": [{"name": "web"}]}}}});
-        cache.put(&id("web"), "41".into(), [1; 32], &answer);
-        assert_eq!(cache.get(&id("web"), "41", &[1; 32]), Some(answer));
+        cache.put(&id("web"), &at("41"), [1; 32], &answer);
+        assert_eq!(cache.get(&id("web"), &at("41"), &[1; 32]), Some(answer));
         assert_eq!(
-            cache.get(&id("web"), "42", &[1; 32]),
+            cache.get(&id("web"), &at("42"), &[1; 32]),
             None,
             "the object moved"
         );
         assert_eq!(
-            cache.get(&id("web"), "41", &[2; 32]),
+            cache.get(&id("web"), &at("41"), &[2; 32]),
             None,
             "Git's body changed"
         );
-        assert_eq!(cache.get(&id("api"), "41", &[1; 32]), None);
+        assert_eq!(cache.get(&id("api"), &at("41"), &[1; 32]), None);
     }
 
     #[test]
@@ -217,9 +272,9 @@ mod tests {
             "spec": {"replicas": 5},
             "status": {"replicas": 5}
         });
-        cache.put(&id("web"), "41".into(), [1; 32], &answer);
+        cache.put(&id("web"), &at("41"), [1; 32], &answer);
         assert_eq!(
-            cache.get(&id("web"), "41", &[1; 32]),
+            cache.get(&id("web"), &at("41"), &[1; 32]),
             Some(json!({
                 "metadata": {"name": "web", "managedFields": [
                     {"manager": "setpoint", "operation": "Apply",
@@ -234,22 +289,22 @@ mod tests {
                                             "fieldsV1": {"f:status": {"f:phase": {}}}}]},
             "status": {"phase": "Ready"}
         });
-        cache.put(&id("crd"), "1".into(), [1; 32], &owned);
-        assert_eq!(cache.get(&id("crd"), "1", &[1; 32]), Some(owned));
+        cache.put(&id("crd"), &at("1"), [1; 32], &owned);
+        assert_eq!(cache.get(&id("crd"), &at("1"), &[1; 32]), Some(owned));
     }
 
     #[test]
     fn past_its_capacity_one_answer_makes_room() {
         let cache = DryRunCache::with_capacity(2);
         for name in ["a", "b"] {
-            cache.put(&id(name), "1".into(), [0; 32], &json!({"n": name}));
+            cache.put(&id(name), &at("1"), [0; 32], &json!({"n": name}));
         }
         // A new answer for a held object replaces it, evicting nothing.
-        cache.put(&id("a"), "2".into(), [0; 32], &json!({"n": "a2"}));
+        cache.put(&id("a"), &at("2"), [0; 32], &json!({"n": "a2"}));
         assert_eq!(cache.len(), 2);
-        assert_eq!(cache.get(&id("b"), "1", &[0; 32]), Some(json!({"n": "b"})));
-        cache.put(&id("c"), "1".into(), [0; 32], &json!({"n": "c"}));
+        assert_eq!(cache.get(&id("b"), &at("1"), &[0; 32]), Some(json!({"n": "b"})));
+        cache.put(&id("c"), &at("1"), [0; 32], &json!({"n": "c"}));
         assert_eq!(cache.len(), 2);
-        assert_eq!(cache.get(&id("c"), "1", &[0; 32]), Some(json!({"n": "c"})));
+        assert_eq!(cache.get(&id("c"), &at("1"), &[0; 32]), Some(json!({"n": "c"})));
     }
 }

@@ -144,7 +144,7 @@ async fn scenario(apps: usize, runs: usize, target: Duration) {
 #[tokio::main]
 async fn main() {
     println!(
-        "pull request preview benchmark (setpoint run, in-process queue, local control plane, fake GitHub)"
+        "pull request preview benchmark (setpoint run, in-process queue, local control plane, the local GitHub-API test server)"
     );
     scenario(1, 20, Duration::from_secs(1)).await;
     scenario(100, 5, Duration::from_secs(10)).await;

@@ -236,7 +236,11 @@ mod tests {
         drifted["spec"]["replicas"] = json!(1);
         cache.put(&id("web"), &drifted, [1; 32], &live);
         assert_eq!(cache.get(&id("web"), &drifted, &[1; 32]), Some(slim(&live)));
-        assert_eq!(cache.get(&id("web"), &live, &[1; 32]), None, "version 7 is gone");
+        assert_eq!(
+            cache.get(&id("web"), &live, &[1; 32]),
+            None,
+            "version 7 is gone"
+        );
     }
 
     #[test]
@@ -302,9 +306,15 @@ mod tests {
         // A new answer for a held object replaces it, evicting nothing.
         cache.put(&id("a"), &at("2"), [0; 32], &json!({"n": "a2"}));
         assert_eq!(cache.len(), 2);
-        assert_eq!(cache.get(&id("b"), &at("1"), &[0; 32]), Some(json!({"n": "b"})));
+        assert_eq!(
+            cache.get(&id("b"), &at("1"), &[0; 32]),
+            Some(json!({"n": "b"}))
+        );
         cache.put(&id("c"), &at("1"), [0; 32], &json!({"n": "c"}));
         assert_eq!(cache.len(), 2);
-        assert_eq!(cache.get(&id("c"), &at("1"), &[0; 32]), Some(json!({"n": "c"})));
+        assert_eq!(
+            cache.get(&id("c"), &at("1"), &[0; 32]),
+            Some(json!({"n": "c"}))
+        );
     }
 }

@@ -30,7 +30,7 @@ const COMMENT_LIMIT: usize = 65_536;
 /// GitHub rejects a longer check run output summary or text.
 const OUTPUT_LIMIT: usize = 65_535;
 
-/// One request as the fake GitHub received it.
+/// One request as the local GitHub-API test server received it.
 #[derive(Clone, Debug)]
 pub struct Received {
     pub method: String,
@@ -68,7 +68,7 @@ impl Received {
     }
 }
 
-/// How the fake GitHub misbehaves on a request.
+/// How the local GitHub-API test server misbehaves on a request.
 #[derive(Clone, Debug)]
 pub enum Fault {
     /// Answer this status with a GitHub-like error body.

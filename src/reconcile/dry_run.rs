@@ -112,6 +112,15 @@ impl DryRunCache {
         );
     }
 
+    /// `live` is what the API server answered to an apply of `body`: a
+    /// server-side apply is idempotent, so a dry run of the same body
+    /// against that version would answer the object itself. Held as a
+    /// mark, the next reconcile sends no dry run for it (until the object
+    /// moves or Git's body changes).
+    pub fn applied(&self, id: &ObjectId, body: &Value, live: &Value) {
+        self.put(id, live, body_hash(body), live);
+    }
+
     /// Objects held (one answer each).
     pub fn len(&self) -> usize {
         self.entries.lock().expect("dry-run cache lock").len()
@@ -120,6 +129,10 @@ impl DryRunCache {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+}
+
+fn body_hash(body: &Value) -> [u8; 32] {
+    Sha256::digest(body.to_string().as_bytes()).into()
 }
 
 fn resource_version(object: &Value) -> &str {
@@ -173,7 +186,7 @@ pub async fn dry_run_live(
         let (Some(kind), Some(live_object)) = (&d.kind, find_live(id, &live.objects)) else {
             continue;
         };
-        let body_hash: [u8; 32] = Sha256::digest(d.manifest.body.to_string().as_bytes()).into();
+        let body_hash = body_hash(&d.manifest.body);
         if let Some(result) = cache.get(id, live_object, &body_hash) {
             metrics.dry_run("cached");
             results.insert(id.clone(), result);
@@ -241,6 +254,24 @@ mod tests {
             None,
             "version 7 is gone"
         );
+    }
+
+    #[test]
+    fn an_applied_object_is_its_own_answer_until_it_moves() {
+        let cache = DryRunCache::default();
+        let body = json!({"spec": {"replicas": 5}});
+        let live =
+            json!({"metadata": {"name": "web", "resourceVersion": "9"}, "spec": {"replicas": 5}});
+        cache.applied(&id("web"), &body, &live);
+        assert_eq!(
+            cache.get(&id("web"), &live, &body_hash(&body)),
+            Some(slim(&live))
+        );
+        let other_body = json!({"spec": {"replicas": 6}});
+        assert_eq!(cache.get(&id("web"), &live, &body_hash(&other_body)), None);
+        let mut moved = live.clone();
+        moved["metadata"]["resourceVersion"] = json!("10");
+        assert_eq!(cache.get(&id("web"), &moved, &body_hash(&body)), None);
     }
 
     #[test]

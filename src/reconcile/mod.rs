@@ -579,6 +579,11 @@ async fn sync_rendered(
         let pruned = apply::prune(&client, &ctx.kinds, &prune_targets, &live.objects).await?;
         (applied, pruned, None)
     };
+    for a in &applied {
+        if let Some(d) = desired.iter().find(|d| d.manifest.id == a.id) {
+            ctx.dry_runs.applied(&a.id, &d.manifest.body, &a.live);
+        }
+    }
     if applied
         .iter()
         .any(|a| a.id.group == "apiextensions.k8s.io" && a.id.kind == "CustomResourceDefinition")

@@ -158,22 +158,16 @@ fn parse_pull_request(
         .clone()
         .ok_or_else(|| WebhookError::InvalidPayload("the base has no repository".into()))?;
     let fork = fields.head.repo.map(|r| r.full_name) != base_name;
-    let repo_urls: Vec<String> = [
-        repository.clone_url,
-        repository.ssh_url,
-        repository.html_url,
-        repository.git_url,
-        repository.url,
-    ]
-    .into_iter()
-    .flatten()
-    .filter(|url| !url.trim().is_empty())
-    .collect();
-    if repo_urls.is_empty() {
-        return Err(WebhookError::InvalidPayload(
-            "the repository has no URL".into(),
-        ));
-    }
+    let repo_urls = super::repository_urls(
+        [
+            repository.clone_url,
+            repository.ssh_url,
+            repository.html_url,
+            repository.git_url,
+            repository.url,
+        ],
+        "repository",
+    )?;
     Ok(PullRequestEvent::Preview(Box::new(
         crate::event::PullRequest {
             provider: "github".into(),
@@ -200,22 +194,16 @@ fn parse_push(body: &[u8]) -> Result<Push, WebhookError> {
     let payload: PushPayload = super::payload_from(super::parse_json(body)?)?;
     super::check_commit("after", &payload.after)?;
     let repository = payload.repository;
-    let repo_urls: Vec<String> = [
-        repository.clone_url,
-        repository.ssh_url,
-        repository.html_url,
-        repository.git_url,
-        repository.url,
-    ]
-    .into_iter()
-    .flatten()
-    .filter(|url| !url.trim().is_empty())
-    .collect();
-    if repo_urls.is_empty() {
-        return Err(WebhookError::InvalidPayload(
-            "the repository has no URL".into(),
-        ));
-    }
+    let repo_urls = super::repository_urls(
+        [
+            repository.clone_url,
+            repository.ssh_url,
+            repository.html_url,
+            repository.git_url,
+            repository.url,
+        ],
+        "repository",
+    )?;
     // A forced push may have dropped commits whose files the list does not
     // show, and a new branch or tag is new to every Application following
     // it; neither says all that changed.

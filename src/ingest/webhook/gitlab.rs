@@ -270,23 +270,17 @@ fn merge_request_from(
         &attributes.last_commit.id,
     )?;
     let project = payload.project;
-    let repo_urls: Vec<String> = [
-        project.git_http_url,
-        project.git_ssh_url,
-        project.web_url,
-        project.http_url,
-        project.ssh_url,
-        project.url,
-    ]
-    .into_iter()
-    .flatten()
-    .filter(|url| !url.trim().is_empty())
-    .collect();
-    if repo_urls.is_empty() {
-        return Err(WebhookError::InvalidPayload(
-            "the project has no URL".into(),
-        ));
-    }
+    let repo_urls = super::repository_urls(
+        [
+            project.git_http_url,
+            project.git_ssh_url,
+            project.web_url,
+            project.http_url,
+            project.ssh_url,
+            project.url,
+        ],
+        "project",
+    )?;
     Ok(MergeRequestEvent::Preview(Box::new(
         crate::event::PullRequest {
             provider: "gitlab".into(),

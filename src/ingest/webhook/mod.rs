@@ -441,35 +441,19 @@ impl WebhookState {
             );
             return Ok(Reply::Accepted(keys));
         }
-        let mut records = vec![push_record(provider, push, body)];
-        if let Some(id) = delivery {
-            records.push(RecordKey::new(&[
-                b"delivery",
-                provider.as_str().as_bytes(),
-                id.as_bytes(),
-            ]));
-        }
-        let mut claimed = Vec::new();
-        for record in records {
-            match self.0.seen.claim(&record).await {
-                Ok(true) => claimed.push(record),
-                Ok(false) => {
-                    self.forget(&claimed).await;
-                    info!(
-                        provider = provider.as_str(),
-                        delivery = %Untrusted(delivery.unwrap_or_default()),
-                        git_ref = %Untrusted(&push.git_ref),
-                        commit = %push.commit,
-                        "push already accepted within the replay window; dropped"
-                    );
-                    return Ok(Reply::Duplicate);
-                }
-                Err(err) => {
-                    self.forget(&claimed).await;
-                    return Err(err.into());
-                }
-            }
-        }
+        let Some(claimed) = self
+            .claim(push_record(provider, push, body), provider, delivery)
+            .await?
+        else {
+            info!(
+                provider = provider.as_str(),
+                delivery = %Untrusted(delivery.unwrap_or_default()),
+                git_ref = %Untrusted(&push.git_ref),
+                commit = %push.commit,
+                "push already accepted within the replay window; dropped"
+            );
+            return Ok(Reply::Duplicate);
+        };
         let cause_delivery = delivery
             .map(|id| Untrusted::capped(id, MAX_DELIVERY_ID).to_string())
             .unwrap_or_default();
@@ -487,14 +471,7 @@ impl WebhookState {
                 Event::new(routed.key, cause).with_revision(Some(push.commit.clone()))
             })
             .collect();
-        let publishes =
-            futures::future::try_join_all(events.iter().map(|e| self.0.queue.publish(e)));
-        let published = match tokio::time::timeout(PUBLISH_TIMEOUT, publishes).await {
-            Err(_) => Err(WebhookError::PublishTimeout(PUBLISH_TIMEOUT)),
-            Ok(Err(err)) => Err(WebhookError::Unavailable(err)),
-            Ok(Ok(_)) => Ok(()),
-        };
-        if let Err(err) = published {
+        if let Err(err) = self.publish(&events).await {
             self.forget(&claimed).await;
             return Err(err);
         }
@@ -550,35 +527,17 @@ impl WebhookState {
         }
         let repos = route::repository_keys(&base);
         let repos: Vec<&str> = repos.iter().map(String::as_str).collect();
-        let mut records = vec![RecordKey::new(&[
+        let record = RecordKey::new(&[
             b"pull",
             provider.as_str().as_bytes(),
             repos.join(" ").as_bytes(),
             pull.number.to_string().as_bytes(),
             pull.head_sha.as_bytes(),
             body,
-        ])];
-        if let Some(id) = delivery {
-            records.push(RecordKey::new(&[
-                b"delivery",
-                provider.as_str().as_bytes(),
-                id.as_bytes(),
-            ]));
-        }
-        let mut claimed = Vec::new();
-        for record in records {
-            match self.0.seen.claim(&record).await {
-                Ok(true) => claimed.push(record),
-                Ok(false) => {
-                    self.forget(&claimed).await;
-                    return Ok(Reply::Duplicate);
-                }
-                Err(err) => {
-                    self.forget(&claimed).await;
-                    return Err(err.into());
-                }
-            }
-        }
+        ]);
+        let Some(claimed) = self.claim(record, provider, delivery).await? else {
+            return Ok(Reply::Duplicate);
+        };
         pull.delivery = delivery
             .map(|id| Untrusted::capped(id, MAX_DELIVERY_ID).to_string())
             .unwrap_or_default();
@@ -586,13 +545,7 @@ impl WebhookState {
         let head = pull.head_sha.clone();
         let event = Event::new(key.clone(), Cause::Preview(Box::new(pull)))
             .with_revision(Some(head.clone()));
-        let published =
-            match tokio::time::timeout(PUBLISH_TIMEOUT, self.0.queue.publish(&event)).await {
-                Err(_) => Err(WebhookError::PublishTimeout(PUBLISH_TIMEOUT)),
-                Ok(Err(err)) => Err(WebhookError::Unavailable(err)),
-                Ok(Ok(())) => Ok(()),
-            };
-        if let Err(err) = published {
+        if let Err(err) = self.publish(std::slice::from_ref(&event)).await {
             self.forget(&claimed).await;
             return Err(err);
         }
@@ -611,6 +564,51 @@ impl WebhookState {
     /// Forgets records this delivery claimed before it failed; one that
     /// cannot be forgotten makes a resend look like a replay until the
     /// window ends, which the log says.
+    /// Claims `record` and the delivery's own record within the replay
+    /// window: the claimed records, or None (nothing left claimed) when one
+    /// was claimed already.
+    async fn claim(
+        &self,
+        record: RecordKey,
+        provider: Provider,
+        delivery: Option<&str>,
+    ) -> Result<Option<Vec<RecordKey>>, WebhookError> {
+        let mut records = vec![record];
+        if let Some(id) = delivery {
+            records.push(RecordKey::new(&[
+                b"delivery",
+                provider.as_str().as_bytes(),
+                id.as_bytes(),
+            ]));
+        }
+        let mut claimed = Vec::new();
+        for record in records {
+            match self.0.seen.claim(&record).await {
+                Ok(true) => claimed.push(record),
+                Ok(false) => {
+                    self.forget(&claimed).await;
+                    return Ok(None);
+                }
+                Err(err) => {
+                    self.forget(&claimed).await;
+                    return Err(err.into());
+                }
+            }
+        }
+        Ok(Some(claimed))
+    }
+
+    /// Publishes `events`, all within `PUBLISH_TIMEOUT`.
+    async fn publish(&self, events: &[Event]) -> Result<(), WebhookError> {
+        let publishes =
+            futures::future::try_join_all(events.iter().map(|e| self.0.queue.publish(e)));
+        match tokio::time::timeout(PUBLISH_TIMEOUT, publishes).await {
+            Err(_) => Err(WebhookError::PublishTimeout(PUBLISH_TIMEOUT)),
+            Ok(Err(err)) => Err(WebhookError::Unavailable(err)),
+            Ok(Ok(_)) => Ok(()),
+        }
+    }
+
     async fn forget(&self, claimed: &[RecordKey]) {
         for record in claimed {
             if let Err(error) = self.0.seen.forget(record).await {
@@ -815,6 +813,25 @@ fn parse_json(body: &[u8]) -> Result<serde_json::Value, WebhookError> {
 /// type is `InvalidPayload`, naming the field.
 fn payload_from<T: DeserializeOwned>(value: serde_json::Value) -> Result<T, WebhookError> {
     serde_json::from_value(value).map_err(|err| WebhookError::InvalidPayload(err.to_string()))
+}
+
+/// The URLs a payload gives for its repository (the non-empty ones, in the
+/// order given); `what` names it in the error when there is none.
+fn repository_urls<const N: usize>(
+    candidates: [Option<String>; N],
+    what: &str,
+) -> Result<Vec<String>, WebhookError> {
+    let urls: Vec<String> = candidates
+        .into_iter()
+        .flatten()
+        .filter(|url| !url.trim().is_empty())
+        .collect();
+    if urls.is_empty() {
+        return Err(WebhookError::InvalidPayload(format!(
+            "the {what} has no URL"
+        )));
+    }
+    Ok(urls)
 }
 
 /// The commit a push announces must be a full commit id: it becomes the

@@ -97,6 +97,21 @@ async fn settled_deployment(
 
 /// Waits until pull request `number` has a comment holding every one of
 /// `texts`; returns the comments.
+/// A signed `pull_request` delivery of `action` on pull request `number`
+/// of the repository at `url`: the status code and the answer.
+fn send_pull_request(
+    port: u16,
+    url: &str,
+    action: &str,
+    number: u64,
+    base: &str,
+    head: &str,
+    delivery: &str,
+) -> (u16, String) {
+    let body = github_pull_request(url, action, number, base, head);
+    post_github_event(port, SECRET, "pull_request", delivery, &body)
+}
+
 async fn comment_with(github: &FakeGitHub, number: u64, texts: &[&str]) -> Vec<Value> {
     wait_for(
         &format!("a comment on #{number} with {texts:?}"),
@@ -167,8 +182,7 @@ async fn a_pull_request_gets_one_comment_edited_per_push_and_the_cluster_is_unto
         ],
         "three replicas and settings",
     );
-    let body = github_pull_request(&served.url, "opened", 5, &base, &head);
-    let (code, answer) = post_github_event(port, SECRET, "pull_request", "d-open", &body);
+    let (code, answer) = send_pull_request(port, &served.url, "opened", 5, &base, &head, "d-open");
     assert_eq!(code, 200, "{answer}");
     assert!(answer.contains("\"applications\":2"), "{answer}");
 
@@ -199,8 +213,8 @@ async fn a_pull_request_gets_one_comment_edited_per_push_and_the_cluster_is_unto
         &[("app/deploy.yaml", Some(&deployment_yaml("web", 4)))],
         "four replicas",
     );
-    let body = github_pull_request(&served.url, "synchronize", 5, &base, &head2);
-    let (code, answer) = post_github_event(port, SECRET, "pull_request", "d-sync", &body);
+    let (code, answer) =
+        send_pull_request(port, &served.url, "synchronize", 5, &base, &head2, "d-sync");
     assert_eq!(code, 200, "{answer}");
     let comments = comment_with(&github, 5, &["+spec.replicas: 4", "**Create** `ConfigMap"]).await;
     assert_eq!(comments.len(), 1, "{comments:#?}");
@@ -215,8 +229,8 @@ async fn a_pull_request_gets_one_comment_edited_per_push_and_the_cluster_is_unto
     // A pull request that touches no Application gets its check run but
     // no comment.
     let readme = repo.pull_request(7, &[("README.md", Some("docs\n"))], "docs");
-    let body = github_pull_request(&served.url, "opened", 7, &base, &readme);
-    let (code, answer) = post_github_event(port, SECRET, "pull_request", "d-docs", &body);
+    let (code, answer) =
+        send_pull_request(port, &served.url, "opened", 7, &base, &readme, "d-docs");
     assert_eq!(code, 200, "{answer}");
     let run = check_run_on(&github, &readme).await;
     assert_eq!(run["conclusion"], "success", "{run:#}");
@@ -246,8 +260,8 @@ async fn a_pull_request_gets_one_comment_edited_per_push_and_the_cluster_is_unto
     .await;
     assert!(github.comments(REPO, 6).is_empty());
     // A closed pull request is not previewed again.
-    let body = github_pull_request(&served.url, "closed", 5, &base, &head2);
-    let (code, answer) = post_github_event(port, SECRET, "pull_request", "d-close", &body);
+    let (code, answer) =
+        send_pull_request(port, &served.url, "closed", 5, &base, &head2, "d-close");
     assert_eq!(code, 202, "{answer}");
 
     // Nothing in the cluster changed: the Deployment as it was, no
@@ -302,13 +316,14 @@ async fn a_broken_render_fails_the_check_run_with_the_file_and_line() {
         )],
         "broken YAML",
     );
-    let body = github_pull_request(&served.url, "opened", 9, &base, &head);
-    let (code, answer) = post_github_event(
+    let (code, answer) = send_pull_request(
         setpoint.port.unwrap(),
-        SECRET,
-        "pull_request",
+        &served.url,
+        "opened",
+        9,
+        &base,
+        &head,
         "d-bad",
-        &body,
     );
     assert_eq!(code, 200, "{answer}");
     let run = check_run_on(&github, &head).await;
@@ -418,14 +433,15 @@ async fn a_burst_of_pushes_to_one_pull_request_coalesces_into_a_preview_of_the_n
     // Delivered one after another, as fast as they go.
     for (i, head) in heads.iter().enumerate() {
         let action = if i == 0 { "opened" } else { "synchronize" };
-        let body = github_pull_request(&served.url, action, 21, &base, head);
         let delivery = format!("d-burst-{i}");
-        let (code, answer) = post_github_event(
+        let (code, answer) = send_pull_request(
             setpoint.port.unwrap(),
-            SECRET,
-            "pull_request",
+            &served.url,
+            action,
+            21,
+            &base,
+            head,
             &delivery,
-            &body,
         );
         assert_eq!(code, 200, "{answer}");
     }
@@ -611,13 +627,14 @@ async fn a_tenant_application_is_previewed_as_its_own_service_account() {
         &[("app/settings.yaml", Some(&configmap("settings")))],
         "settings",
     );
-    let body = github_pull_request(&served.url, "opened", 31, &base, &head);
-    let (code, answer) = post_github_event(
+    let (code, answer) = send_pull_request(
         setpoint.port.unwrap(),
-        SECRET,
-        "pull_request",
+        &served.url,
+        "opened",
+        31,
+        &base,
+        &head,
         "d-tenant",
-        &body,
     );
     assert_eq!(code, 200, "{answer}");
     let deployer = format!("system:serviceaccount:{}:deployer", ns.name);
@@ -669,8 +686,7 @@ async fn a_slow_preview_never_delays_a_sync() {
         &[("app/deploy.yaml", Some(&deployment_yaml("web", 2)))],
         "two replicas",
     );
-    let body = github_pull_request(&served.url, "opened", 41, &base, &head);
-    let (code, answer) = post_github_event(port, SECRET, "pull_request", "d-slow", &body);
+    let (code, answer) = send_pull_request(port, &served.url, "opened", 41, &base, &head, "d-slow");
     assert_eq!(code, 200, "{answer}");
     wait_for("the preview under way", DEADLINE, || async {
         let logs = setpoint.logs();
@@ -728,13 +744,14 @@ async fn previews_travel_over_rabbitmq_like_any_event() {
         &[("app/deploy.yaml", Some(&deployment_yaml("web", 5)))],
         "five replicas",
     );
-    let body = github_pull_request(&served.url, "opened", 51, &base, &head);
-    let (code, answer) = post_github_event(
+    let (code, answer) = send_pull_request(
         setpoint.port.unwrap(),
-        SECRET,
-        "pull_request",
+        &served.url,
+        "opened",
+        51,
+        &base,
+        &head,
         "d-amqp",
-        &body,
     );
     assert_eq!(code, 200, "{answer}");
     let comments = comment_with(&github, 51, &["+spec.replicas: 5"]).await;
@@ -773,13 +790,14 @@ async fn a_change_to_a_kustomize_base_previews_the_overlays_over_it() {
         &[("bases/web/deploy.yaml", Some(&deployment_yaml("web", 2)))],
         "two replicas in the base",
     );
-    let body = github_pull_request(&served.url, "opened", 61, &base, &head);
-    let (code, answer) = post_github_event(
+    let (code, answer) = send_pull_request(
         setpoint.port.unwrap(),
-        SECRET,
-        "pull_request",
+        &served.url,
+        "opened",
+        61,
+        &base,
+        &head,
         "d-kust",
-        &body,
     );
     assert_eq!(code, 200, "{answer}");
     let prod = format!("{}/prod (`bases/web/deploy.yaml` changed)", ns.name);

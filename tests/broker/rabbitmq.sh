@@ -212,6 +212,18 @@ sys.exit(0 if set(status.get("running_nodes", [])) == want else 1)
 
 cmd_cluster_up() {
   install
+  if ha_clustered; then
+    log "cluster already up (AMQP on 127.0.0.1:$((HA_PORT_BASE + 1))-$((HA_PORT_BASE + 3)))"
+    return 0
+  fi
+  # Anything else (some nodes down, or data left by nodes that died with the
+  # machine) starts over from empty directories: a node that was clustered
+  # waits at boot for the peers it last saw (Mnesia's "Waiting for tables"),
+  # and those are started only after it answers. The data is the tests' own.
+  if [[ -d "$HA_DIR" ]]; then
+    log "starting over: removing the nodes' previous data in $HA_DIR"
+    cmd_cluster_down >/dev/null
+  fi
   mkdir -p "$HA_DIR"
   chown rabbitmq:rabbitmq "$HA_DIR"
   local n start=$SECONDS
@@ -244,10 +256,25 @@ cmd_cluster_stop() {
   done
 }
 
+# The beam process of node N, from its pid file, when it still runs.
+ha_pid() {
+  local n=$1 pid
+  pid=$(cat "$HA_DIR/$n/pid" 2>/dev/null) || return 1
+  { tr '\0' '\n' <"/proc/$pid/environ"; } 2>/dev/null |
+    grep -qxF "RABBITMQ_NODENAME=$(ha_node "$n")" || return 1
+  echo "$pid"
+}
+
+# The data is removed, so the nodes are stopped with a signal rather than
+# rabbitmqctl, which waits without end on a node that never finished booting.
 cmd_cluster_down() {
-  local n
+  local n pid deadline
   for n in "${HA_NODES[@]}"; do
-    if [[ -d "$HA_DIR/$n" ]]; then ha_ctl "$n" stop >/dev/null 2>&1 || true; fi
+    pid=$(ha_pid "$n") || continue
+    kill -TERM "$pid" 2>/dev/null || true
+    deadline=$((SECONDS + 15))
+    while kill -0 "$pid" 2>/dev/null && ((SECONDS < deadline)); do sleep 0.2; done
+    kill -KILL "$pid" 2>/dev/null || true
   done
   rm -rf "$HA_DIR"
   log "cluster down"

@@ -1,20 +1,22 @@
 //! Live: what the cluster holds of an Application's objects, read one of two
 //! ways ([`Read`]).
 //!
-//! - **Labelled**: one labelled list per (kind, namespace) in use, plus a
-//!   GET for each desired object the lists did not return (one that exists
-//!   without Setpoint's label). Kinds listed in the last status but gone
-//!   from Git are listed too, so their objects can be pruned. It finds every
-//!   object carrying the Application's label, but each list costs the API
-//!   server a pass over every object of its kind in the namespace: with
-//!   thousands of Applications in one namespace, reconciles grow slower the
-//!   more there are.
-//! - **Inventory**: a GET for each desired object and each object of the
-//!   last status (the inventory, as Flux's kustomize-controller keeps it):
-//!   the same number of requests, each of constant cost. An object labelled
-//!   for the Application but in neither (applied by a reconcile whose status
-//!   write was lost, then dropped from Git) is not seen; the labelled read
-//!   of a manual sync, or of an Application with no inventory yet, finds it.
+//! - **Inventory**, for every reconcile but a manual sync: a GET for each
+//!   desired object and each object of the last status (the inventory, as
+//!   Flux's kustomize-controller keeps it). Each GET costs the API server the
+//!   same however many objects share the namespace. An object labelled for
+//!   the Application but in neither (applied by a reconcile whose status
+//!   write was lost, then dropped from Git; or left by a deleted Application
+//!   of the same name) is not seen.
+//! - **Labelled**, for a manual sync: one labelled list per (kind, namespace)
+//!   in use, plus a GET for each desired object the lists did not return
+//!   (one that exists without Setpoint's label). Kinds listed in the last
+//!   status but gone from Git are listed too. It finds every object carrying
+//!   the Application's label, so a manual sync prunes what the inventory
+//!   missed; but each list costs the API server a pass over every object of
+//!   its kind in the namespace (4.4 ms of its CPU at 10,000 ConfigMaps, 0.8
+//!   ms in an empty namespace, against 0.7–1.2 ms for a GET), which made the
+//!   first sync of thousands of Applications in one namespace quadratic.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -73,11 +75,11 @@ pub enum Read {
 }
 
 impl Read {
-    /// Labelled for a manual sync and for an Application whose status holds
-    /// no inventory yet; else Inventory.
-    pub fn for_reconcile(app: &Application, manual: bool) -> Self {
-        let inventory = app.status.as_ref().is_some_and(|s| !s.resources.is_empty());
-        if manual || !inventory {
+    /// Labelled for a manual sync; else Inventory, also for an Application
+    /// whose status holds no inventory yet (its first sync GETs what Git
+    /// holds, as Flux's does).
+    pub fn for_reconcile(manual: bool) -> Self {
+        if manual {
             Read::Labelled
         } else {
             Read::Inventory

@@ -474,7 +474,7 @@ async fn sync_rendered(
             waves.push(order.wave);
         }
     }
-    let how = live::Read::for_reconcile(app, request.manual);
+    let how = live::Read::for_reconcile(request.manual);
     let (mut live, skipped_kinds) = live::read(&client, &ctx.kinds, app, &desired, how).await?;
     let live_hooks: Vec<ObjectId> = live
         .objects

@@ -1229,3 +1229,34 @@ async fn a_worker_of_the_old_shard_count_stopped_mid_work_loses_nothing() {
     assert_eq!(received, sent, "every event the old worker held arrived");
     assert!(nothing_within(&mut deliveries, Duration::from_millis(500)).await);
 }
+
+#[tokio::test]
+async fn connections_ask_for_32_kib_frames_and_larger_events_still_travel() {
+    let settings = settings("frames", 1);
+    let _cleanup = Cleanup(settings.clone());
+    let queue = connected(settings).await;
+    let name = queue.connection_name();
+    let listing = rabbitmqctl(&[
+        "list_connections",
+        "-q",
+        "--no-table-headers",
+        "frame_max",
+        "client_properties",
+    ])
+    .await;
+    let frame_max = listing
+        .lines()
+        .find(|line| line.contains(&format!("\"{name}\"")))
+        .and_then(|line| line.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no connection named {name} in {listing}"));
+    assert_eq!(frame_max, "32768", "{listing}");
+
+    // An event three frames long arrives whole.
+    let mut large = event("large");
+    large.revision = Some("r".repeat(80 * 1024));
+    queue.publish(&large).await.unwrap();
+    let mut deliveries = queue.consume(1).await.unwrap();
+    let delivery = next(&mut deliveries).await;
+    assert_eq!(delivery.event, large);
+    delivery.ack().await.unwrap();
+}

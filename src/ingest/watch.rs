@@ -255,10 +255,13 @@ pub async fn run(
             }
         }
         if objects && !listing {
-            watches
-                .lock()
-                .expect("watches lock")
-                .sync(&client, &queue, &scope, targets.wanted());
+            watches.lock().expect("watches lock").sync(
+                &client,
+                &queue,
+                &store,
+                &scope,
+                targets.wanted(),
+            );
         }
     }
 }
@@ -415,6 +418,7 @@ impl KindWatches {
         &mut self,
         client: &Client,
         queue: &Arc<dyn Queue>,
+        store: &Store<Application>,
         scope: &Scope,
         wanted: BTreeSet<Target>,
     ) {
@@ -435,6 +439,7 @@ impl KindWatches {
                 client.clone(),
                 target.clone(),
                 queue.clone(),
+                store.clone(),
                 scope.clone(),
             ));
             self.running.insert(target, task);
@@ -540,7 +545,13 @@ struct Seen {
 
 type ObjectKey = (Option<String>, String);
 
-async fn watch_kind(client: Client, target: Target, queue: Arc<dyn Queue>, scope: Scope) {
+async fn watch_kind(
+    client: Client,
+    target: Target,
+    queue: Arc<dyn Queue>,
+    store: Store<Application>,
+    scope: Scope,
+) {
     let gvk = GroupVersionKind::gvk(&target.group, &target.version, &target.kind);
     let mut retry = Retry::default();
     // `ApiResource::from_gvk` guesses the plural; discovery knows it. The
@@ -595,10 +606,17 @@ async fn watch_kind(client: Client, target: Target, queue: Arc<dyn Queue>, scope
                 Vec::new()
             }
             WatchEvent::InitApply(object) => {
+                let key = (object.namespace(), object.name_any());
+                let first = !seen.contains_key(&key);
                 if let Some(listed) = listed.as_mut() {
-                    listed.insert((object.namespace(), object.name_any()));
+                    listed.insert(key);
                 }
                 applied(&mut seen, &resource, &scope, &object)
+                    .or_else(|| {
+                        first
+                            .then(|| first_sight(&seen, &store, &resource, &object))
+                            .flatten()
+                    })
                     .into_iter()
                     .collect()
             }
@@ -650,6 +668,35 @@ fn gone_from_listing(
     gone.into_iter()
         .filter_map(|key| seen.remove(&key).map(|before| (key, before)))
         .collect()
+}
+
+/// An object listed for the first time whose health is not the one its
+/// Application's status recorded: it changed before this watch started (a
+/// watch of a kind starts after the reconcile that first applied it, so a
+/// Deployment can turn ready before the watch's first listing), and its
+/// Application is enqueued as for a change seen by the watch.
+fn first_sight(
+    seen: &HashMap<ObjectKey, Seen>,
+    store: &Store<Application>,
+    resource: &ApiResource,
+    object: &DynamicObject,
+) -> Option<(AppKey, String, &'static str)> {
+    let now = seen.get(&(object.namespace(), object.name_any()))?;
+    let app =
+        store.get(&reflector::ObjectRef::new(&now.owner.name).within(&now.owner.namespace))?;
+    let recorded = app.status.as_ref()?.resources.iter().find(|r| {
+        r.group == resource.group
+            && r.kind == resource.kind
+            && r.namespace == object.namespace()
+            && r.name == object.name_any()
+    })?;
+    (recorded.health != now.health).then(|| {
+        (
+            now.owner.clone(),
+            format!("{} {}", resource.kind, object.name_any()),
+            "health changed",
+        )
+    })
 }
 
 /// An object added or changed: remembered, and returned as drift of its
@@ -857,6 +904,44 @@ mod tests {
             ..Default::default()
         });
         Arc::new(app)
+    }
+
+    #[test]
+    fn an_object_first_listed_with_another_health_than_its_status_records_is_a_change() {
+        // The status recorded Deployment x as Healthy.
+        let app = app_with(&[("apps", "Deployment", Some("team-a"))]);
+        let (store, mut writer) = reflector::store::<Application>();
+        writer.apply_watcher_event(&WatchEvent::Apply((*app).clone()));
+        let resource = ApiResource::from_gvk(&GroupVersionKind::gvk("apps", "v1", "Deployment"));
+        let scope = Scope::new(["team-a"]);
+        let deployment = |status: Value| -> DynamicObject {
+            serde_json::from_value(json!({
+                "apiVersion": "apps/v1", "kind": "Deployment",
+                "metadata": {"name": "x", "namespace": "team-a", "generation": 1,
+                             "annotations": {APP_ANNOTATION: "team-a/web"}},
+                "spec": {"replicas": 1},
+                "status": status,
+            }))
+            .unwrap()
+        };
+        let first_listing = |object: &DynamicObject| {
+            let mut seen = HashMap::new();
+            assert_eq!(applied(&mut seen, &resource, &scope, object), None);
+            first_sight(&seen, &store, &resource, object)
+        };
+        let ready = json!({"observedGeneration": 1, "replicas": 1, "updatedReplicas": 1,
+                           "readyReplicas": 1, "availableReplicas": 1});
+        assert_eq!(first_listing(&deployment(ready)), None);
+        let unavailable = json!({"observedGeneration": 1, "replicas": 1, "updatedReplicas": 1,
+                                 "unavailableReplicas": 1});
+        assert_eq!(
+            first_listing(&deployment(unavailable)),
+            Some((
+                AppKey::new("team-a", "web"),
+                "Deployment x".to_string(),
+                "health changed"
+            ))
+        );
     }
 
     #[test]

@@ -172,22 +172,27 @@ async fn rabbitmqctl(args: &[&str]) -> String {
 /// Closes `queue`'s connection from the broker's side, as a broker
 /// restart or a network cut would.
 async fn close_from_broker(queue: &AmqpQueue) {
+    let pid = connection_info(queue, "pid").await;
+    rabbitmqctl(&["close_connection", &pid, "closed by a test"]).await;
+}
+
+/// One `rabbitmqctl list_connections` column of `queue`'s connection.
+async fn connection_info(queue: &AmqpQueue, column: &str) -> String {
     let name = queue.connection_name();
     let listing = rabbitmqctl(&[
         "list_connections",
         "-q",
         "--no-table-headers",
-        "pid",
+        column,
         "client_properties",
     ])
     .await;
-    let pid = listing
+    listing
         .lines()
         .find(|line| line.contains(&format!("\"{name}\"")))
         .and_then(|line| line.split_whitespace().next())
         .unwrap_or_else(|| panic!("no connection named {name} in {listing}"))
-        .to_string();
-    rabbitmqctl(&["close_connection", &pid, "closed by a test"]).await;
+        .to_string()
 }
 
 /// The messages (ready and unacknowledged) in `prefix`'s shard queues.
@@ -1235,21 +1240,8 @@ async fn connections_ask_for_32_kib_frames_and_larger_events_still_travel() {
     let settings = settings("frames", 1);
     let _cleanup = Cleanup(settings.clone());
     let queue = connected(settings).await;
-    let name = queue.connection_name();
-    let listing = rabbitmqctl(&[
-        "list_connections",
-        "-q",
-        "--no-table-headers",
-        "frame_max",
-        "client_properties",
-    ])
-    .await;
-    let frame_max = listing
-        .lines()
-        .find(|line| line.contains(&format!("\"{name}\"")))
-        .and_then(|line| line.split_whitespace().next())
-        .unwrap_or_else(|| panic!("no connection named {name} in {listing}"));
-    assert_eq!(frame_max, "32768", "{listing}");
+    let frame_max = connection_info(&queue, "frame_max").await;
+    assert_eq!(frame_max, "32768");
 
     // An event three frames long arrives whole.
     let mut large = event("large");

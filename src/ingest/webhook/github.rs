@@ -99,6 +99,23 @@ struct Repository {
     master_branch: Option<String>,
 }
 
+impl Repository {
+    /// Its clone, SSH, web, git and API URLs, taken out of it (the branch
+    /// fields stay).
+    fn urls(&mut self) -> Result<Vec<String>, WebhookError> {
+        super::repository_urls(
+            [
+                self.clone_url.take(),
+                self.ssh_url.take(),
+                self.html_url.take(),
+                self.git_url.take(),
+                self.url.take(),
+            ],
+            "repository",
+        )
+    }
+}
+
 /// The fields of GitHub's `pull_request` payload a preview needs.
 #[derive(Debug, Deserialize)]
 struct PullRequestPayload {
@@ -152,22 +169,13 @@ fn parse_pull_request(
     let fields = payload.pull_request;
     super::check_commit("pull_request.head.sha", &fields.head.sha)?;
     super::check_commit("pull_request.base.sha", &fields.base.sha)?;
-    let repository = payload.repository;
+    let mut repository = payload.repository;
     let base_name = fields.base.repo.map(|r| r.full_name);
     let project = base_name
         .clone()
         .ok_or_else(|| WebhookError::InvalidPayload("the base has no repository".into()))?;
     let fork = fields.head.repo.map(|r| r.full_name) != base_name;
-    let repo_urls = super::repository_urls(
-        [
-            repository.clone_url,
-            repository.ssh_url,
-            repository.html_url,
-            repository.git_url,
-            repository.url,
-        ],
-        "repository",
-    )?;
+    let repo_urls = repository.urls()?;
     Ok(PullRequestEvent::Preview(Box::new(
         crate::event::PullRequest {
             provider: "github".into(),
@@ -193,17 +201,8 @@ fn parse_pull_request(
 fn parse_push(body: &[u8]) -> Result<Push, WebhookError> {
     let payload: PushPayload = super::payload_from(super::parse_json(body)?)?;
     super::check_commit("after", &payload.after)?;
-    let repository = payload.repository;
-    let repo_urls = super::repository_urls(
-        [
-            repository.clone_url,
-            repository.ssh_url,
-            repository.html_url,
-            repository.git_url,
-            repository.url,
-        ],
-        "repository",
-    )?;
+    let mut repository = payload.repository;
+    let repo_urls = repository.urls()?;
     // A forced push may have dropped commits whose files the list does not
     // show, and a new branch or tag is new to every Application following
     // it; neither says all that changed.

@@ -377,6 +377,8 @@ async fn fleet(size: usize, repos: usize, concurrency: usize) {
     let initial = started.elapsed();
     let at_first_sync = Cost::of(pid, metrics_port);
     let initial_cost = at_first_sync - before;
+    // Each phase's line as it ends: a 10,000-app run takes over half an hour.
+    phase_line(size, "first sync", initial, initial_cost);
 
     write_all("2");
     let second: Vec<String> = repositories.iter().map(|r| r.commit("fleet v2")).collect();
@@ -402,6 +404,7 @@ async fn fleet(size: usize, repos: usize, concurrency: usize) {
     .await;
     let after_push = pushed.elapsed();
     let push_cost = Cost::of(pid, metrics_port) - at_first_sync;
+    phase_line(size, "one commit changes all", after_push, push_cost);
 
     // One sweep cycle of the in-sync fleet: every Application enqueued once,
     // as the sweep enqueues them. First the rollouts the push started settle
@@ -460,8 +463,6 @@ async fn fleet(size: usize, repos: usize, concurrency: usize) {
     .await;
     let sweep = swept.elapsed();
     let sweep_cost = Cost::of(pid, metrics_port) - sweep_start_cost;
-    phase_line(size, "first sync", initial, initial_cost);
-    phase_line(size, "one commit changes all", after_push, push_cost);
     phase_line(size, "no-op sweep", sweep, sweep_cost);
     println!(
         "  |        | {repos} repo(s), concurrency {concurrency}: peak RSS setpoint {:.0} MiB; RSS now kube-apiserver {:.0} MiB, etcd {:.0} MiB; Git requests per push {:.1} per repository |",

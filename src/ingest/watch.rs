@@ -606,21 +606,14 @@ async fn watch_kind(
                 Vec::new()
             }
             WatchEvent::InitApply(object) => {
-                let key = (object.namespace(), object.name_any());
-                let first = !seen.contains_key(&key);
                 if let Some(listed) = listed.as_mut() {
-                    listed.insert(key);
+                    listed.insert((object.namespace(), object.name_any()));
                 }
-                applied(&mut seen, &resource, &scope, &object)
-                    .or_else(|| {
-                        first
-                            .then(|| first_sight(&seen, &store, &resource, &object))
-                            .flatten()
-                    })
+                applied(&mut seen, &resource, &scope, &object, Some(&store))
                     .into_iter()
                     .collect()
             }
-            WatchEvent::Apply(object) => applied(&mut seen, &resource, &scope, &object)
+            WatchEvent::Apply(object) => applied(&mut seen, &resource, &scope, &object, None)
                 .into_iter()
                 .collect(),
             // A relist after the watch fell too far behind (410 Gone, as
@@ -670,42 +663,18 @@ fn gone_from_listing(
         .collect()
 }
 
-/// An object listed for the first time whose health is not the one its
-/// Application's status recorded: it changed before this watch started (a
-/// watch of a kind starts after the reconcile that first applied it, so a
-/// Deployment can turn ready before the watch's first listing), and its
-/// Application is enqueued as for a change seen by the watch.
-fn first_sight(
-    seen: &HashMap<ObjectKey, Seen>,
-    store: &Store<Application>,
-    resource: &ApiResource,
-    object: &DynamicObject,
-) -> Option<(AppKey, String, &'static str)> {
-    let now = seen.get(&(object.namespace(), object.name_any()))?;
-    let app =
-        store.get(&reflector::ObjectRef::new(&now.owner.name).within(&now.owner.namespace))?;
-    let recorded = app.status.as_ref()?.resources.iter().find(|r| {
-        r.group == resource.group
-            && r.kind == resource.kind
-            && r.namespace == object.namespace()
-            && r.name == object.name_any()
-    })?;
-    (recorded.health != now.health).then(|| {
-        (
-            now.owner.clone(),
-            format!("{} {}", resource.kind, object.name_any()),
-            "health changed",
-        )
-    })
-}
-
 /// An object added or changed: remembered, and returned as drift of its
-/// Application when someone else changed it or its health changed.
+/// Application when someone else changed it or its health changed. An
+/// object a listing shows for the first time has no earlier sighting: with
+/// `statuses`, its health is compared with the one its Application's status
+/// recorded (a watch of a kind starts after the reconcile that first applied
+/// it, so a Deployment can turn ready before the watch's first listing).
 fn applied(
     seen: &mut HashMap<ObjectKey, Seen>,
     resource: &ApiResource,
     scope: &Scope,
     object: &DynamicObject,
+    statuses: Option<&Store<Application>>,
 ) -> Option<(AppKey, String, &'static str)> {
     let owner = owner(object).filter(|o| scope.contains(&o.namespace))?;
     let value = serde_json::to_value(object).unwrap_or(Value::Null);
@@ -714,19 +683,42 @@ fn applied(
         signature: signature(&value),
         health: assess(&resource.group, &resource.kind, &value).status,
     };
-    let before = seen.insert((object.namespace(), object.name_any()), now.clone())?;
-    let why = if before.health != now.health {
-        "health changed"
-    } else if before.signature != now.signature && changed_by_others(&value) {
-        "changed outside Setpoint"
-    } else {
-        return None;
+    let why = match seen.insert((object.namespace(), object.name_any()), now.clone()) {
+        Some(before) if before.health != now.health => "health changed",
+        Some(before) if before.signature != now.signature && changed_by_others(&value) => {
+            "changed outside Setpoint"
+        }
+        Some(_) => return None,
+        None if statuses
+            .and_then(|store| recorded_health(store, &owner, resource, object))
+            .is_some_and(|recorded| recorded != now.health) =>
+        {
+            "health changed"
+        }
+        None => return None,
     };
     Some((
         owner,
         format!("{} {}", resource.kind, object.name_any()),
         why,
     ))
+}
+
+/// The health `owner`'s status recorded for `object`.
+fn recorded_health(
+    statuses: &Store<Application>,
+    owner: &AppKey,
+    resource: &ApiResource,
+    object: &DynamicObject,
+) -> Option<Health> {
+    let app = statuses.get(&reflector::ObjectRef::new(&owner.name).within(&owner.namespace))?;
+    let recorded = app.status.as_ref()?.resources.iter().find(|r| {
+        r.group == resource.group
+            && r.kind == resource.kind
+            && r.namespace == object.namespace()
+            && r.name == object.name_any()
+    })?;
+    Some(recorded.health)
 }
 
 fn owner(object: &DynamicObject) -> Option<AppKey> {
@@ -926,8 +918,12 @@ mod tests {
         };
         let first_listing = |object: &DynamicObject| {
             let mut seen = HashMap::new();
-            assert_eq!(applied(&mut seen, &resource, &scope, object), None);
-            first_sight(&seen, &store, &resource, object)
+            assert_eq!(
+                applied(&mut seen, &resource, &scope, object, None),
+                None,
+                "without statuses a first sighting is no change"
+            );
+            applied(&mut HashMap::new(), &resource, &scope, object, Some(&store))
         };
         let ready = json!({"observedGeneration": 1, "replicas": 1, "updatedReplicas": 1,
                            "readyReplicas": 1, "availableReplicas": 1});

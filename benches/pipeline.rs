@@ -16,7 +16,10 @@
 //!
 //! `SETPOINT_BENCH_FLEETS` (default `100,1000`) picks the fleet sizes,
 //! `SETPOINT_BENCH_REPOS` (default `1`) how many repositories a fleet is
-//! spread over, `SETPOINT_BENCH_CONCURRENCY` (default `16`, the default) the
+//! spread over, `SETPOINT_BENCH_NAMESPACES` (default `1`) how many namespaces
+//! its objects are spread over (1: all in the Applications' namespace, as in
+//! Flux's MTTP benchmark; N > 1: app `i`'s in the `i % N`th of N namespaces
+//! of their own), `SETPOINT_BENCH_CONCURRENCY` (default `16`, the default) the
 //! `--concurrency` values to compare,
 //! `SETPOINT_BENCH_WORKERS` (default `1,2,4`) the worker counts,
 //! `SETPOINT_BENCH_ONLY=workers` runs only the split-role part and
@@ -46,20 +49,25 @@ use support::{GitRepo, TestNamespace, amqp_prefix, amqp_url, wait_for};
 const SECRET: &str = "bench-secret";
 const LATENCY_RUNS: usize = 20;
 
-fn objects(app: usize, value: &str) -> Vec<(String, String)> {
+/// App `app`'s files; its objects name `namespace` when given, else they
+/// go to the Application's.
+fn objects(app: usize, value: &str, namespace: Option<&str>) -> Vec<(String, String)> {
+    let ns = namespace
+        .map(|ns| format!("  namespace: {ns}\n"))
+        .unwrap_or_default();
     if std::env::var("SETPOINT_BENCH_SHAPE").is_ok_and(|shape| shape == "mttp") {
-        return mttp_objects(app, value);
+        return mttp_objects(app, value, &ns);
     }
     let mut files = Vec::new();
     for k in 0..3 {
         files.push((
             format!("apps/{app}/cm-{k}.yaml"),
-            format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: app-{app}-{k}\ndata:\n  v: \"{value}\"\n"),
+            format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: app-{app}-{k}\n{ns}data:\n  v: \"{value}\"\n"),
         ));
     }
     files.push((
         format!("apps/{app}/sa.yaml"),
-        format!("apiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: app-{app}\n"),
+        format!("apiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: app-{app}\n{ns}"),
     ));
     files
 }
@@ -68,29 +76,30 @@ fn objects(app: usize, value: &str) -> Vec<(String, String)> {
 /// ServiceAccount, a Service, a Deployment of 0 replicas and an Ingress.
 /// Each app takes a ClusterIP: 10,000 apps need the /16 service range of
 /// tests/controlplane/cluster.sh.
-fn mttp_objects(app: usize, value: &str) -> Vec<(String, String)> {
+/// `ns` is a `namespace:` line of metadata, or nothing.
+fn mttp_objects(app: usize, value: &str, ns: &str) -> Vec<(String, String)> {
     let name = format!("app-{app}");
     vec![
         (
             format!("apps/{app}/sa.yaml"),
-            format!("apiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: {name}\n"),
+            format!("apiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: {name}\n{ns}"),
         ),
         (
             format!("apps/{app}/svc.yaml"),
             format!(
-                "apiVersion: v1\nkind: Service\nmetadata:\n  name: {name}\n  labels: {{v: \"{value}\"}}\nspec:\n  selector: {{app: {name}}}\n  ports: [{{port: 80, targetPort: 8080}}]\n"
+                "apiVersion: v1\nkind: Service\nmetadata:\n  name: {name}\n{ns}  labels: {{v: \"{value}\"}}\nspec:\n  selector: {{app: {name}}}\n  ports: [{{port: 80, targetPort: 8080}}]\n"
             ),
         ),
         (
             format!("apps/{app}/deploy.yaml"),
             format!(
-                "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: {name}\nspec:\n  replicas: 0\n  selector: {{matchLabels: {{app: {name}}}}}\n  template:\n    metadata: {{labels: {{app: {name}, v: \"{value}\"}}}}\n    spec:\n      serviceAccountName: {name}\n      containers: [{{name: app, image: registry.invalid/app:{value}}}]\n"
+                "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: {name}\n{ns}spec:\n  replicas: 0\n  selector: {{matchLabels: {{app: {name}}}}}\n  template:\n    metadata: {{labels: {{app: {name}, v: \"{value}\"}}}}\n    spec:\n      serviceAccountName: {name}\n      containers: [{{name: app, image: registry.invalid/app:{value}}}]\n"
             ),
         ),
         (
             format!("apps/{app}/ingress.yaml"),
             format!(
-                "apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata:\n  name: {name}\n  labels: {{v: \"{value}\"}}\nspec:\n  rules:\n  - host: {name}.example.com\n    http:\n      paths:\n      - path: /\n        pathType: Prefix\n        backend: {{service: {{name: {name}, port: {{number: 80}}}}}}\n"
+                "apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata:\n  name: {name}\n{ns}  labels: {{v: \"{value}\"}}\nspec:\n  rules:\n  - host: {name}.example.com\n    http:\n      paths:\n      - path: /\n        pathType: Prefix\n        backend: {{service: {{name: {name}, port: {{number: 80}}}}}}\n"
             ),
         ),
     ]
@@ -315,15 +324,23 @@ fn list(var: &str, default: &str) -> Vec<usize> {
 }
 
 /// `size` Applications spread over `repos` repositories (app `i` in
-/// repository `i % repos`), synced by one `setpoint run` of `concurrency`
+/// repository `i % repos`) and their objects over `spread` namespaces (see
+/// the module's comment), synced by one `setpoint run` of `concurrency`
 /// reconciles at once: the first sync, one commit per repository changing
 /// every app (one push each), and one sweep cycle of the in-sync fleet.
-async fn fleet(size: usize, repos: usize, concurrency: usize) {
+async fn fleet(size: usize, repos: usize, spread: usize, concurrency: usize) {
     let ns = TestNamespace::new("fleet").await;
+    let mut targets = Vec::new();
+    if spread > 1 {
+        for _ in 0..spread {
+            targets.push(TestNamespace::new("fleet-objects").await);
+        }
+    }
+    let target = |app: usize| (!targets.is_empty()).then(|| targets[app % spread].name.as_str());
     let repositories: Vec<GitRepo> = (0..repos).map(|_| GitRepo::new()).collect();
     let write_all = |value: &str| {
         for app in 0..size {
-            for (path, text) in objects(app, value) {
+            for (path, text) in objects(app, value, target(app)) {
                 repositories[app % repos].write(&path, &text);
             }
         }
@@ -465,7 +482,7 @@ async fn fleet(size: usize, repos: usize, concurrency: usize) {
     let sweep_cost = Cost::of(pid, metrics_port) - sweep_start_cost;
     phase_line(size, "no-op sweep", sweep, sweep_cost);
     println!(
-        "  |        | {repos} repo(s), concurrency {concurrency}: peak RSS setpoint {:.0} MiB; RSS now kube-apiserver {:.0} MiB, etcd {:.0} MiB; Git requests per push {:.1} per repository |",
+        "  |        | {repos} repo(s), objects in {spread} namespace(s), concurrency {concurrency}: peak RSS setpoint {:.0} MiB; RSS now kube-apiserver {:.0} MiB, etcd {:.0} MiB; Git requests per push {:.1} per repository |",
         peak_memory_mib(pid),
         rss_of("kube-apiserver"),
         rss_of("etcd"),
@@ -489,13 +506,22 @@ async fn fleet(size: usize, repos: usize, concurrency: usize) {
     // The next fleet starts on an API server that is done deleting this one
     // (tens of thousands of objects at 10,000 apps).
     let namespaces = kube::Api::<Namespace>::all(ns.client.clone());
-    namespaces.delete(&ns.name, &Default::default()).await.ok();
-    wait_for("the fleet's namespace deleted", deadline, || async {
-        match namespaces.get_opt(&ns.name).await {
-            Ok(None) => Ok(()),
-            Ok(Some(_)) => Err("still there".to_string()),
-            Err(error) => Err(error.to_string()),
+    let names: Vec<&str> = std::iter::once(&ns)
+        .chain(&targets)
+        .map(|ns| ns.name.as_str())
+        .collect();
+    for name in &names {
+        namespaces.delete(name, &Default::default()).await.ok();
+    }
+    wait_for("the fleet's namespaces deleted", deadline, || async {
+        for name in &names {
+            match namespaces.get_opt(name).await {
+                Ok(None) => {}
+                Ok(Some(_)) => return Err(format!("{name} still there")),
+                Err(error) => return Err(error.to_string()),
+            }
         }
+        Ok(())
     })
     .await;
 }
@@ -503,7 +529,7 @@ async fn fleet(size: usize, repos: usize, concurrency: usize) {
 async fn latencies() {
     let ns = TestNamespace::new("latency").await;
     let repo = GitRepo::new();
-    for (path, text) in objects(0, "0") {
+    for (path, text) in objects(0, "0", None) {
         repo.write(&path, &text);
     }
     let mut commit = repo.commit("one app");
@@ -521,7 +547,7 @@ async fn latencies() {
     // Webhook → Synced.
     let mut webhook = Vec::new();
     for run in 1..=LATENCY_RUNS {
-        for (path, text) in objects(0, &run.to_string()) {
+        for (path, text) in objects(0, &run.to_string(), None) {
             repo.write(&path, &text);
         }
         commit = repo.commit(&format!("run {run}"));
@@ -636,8 +662,10 @@ async fn main() {
         );
         for size in list("SETPOINT_BENCH_FLEETS", "100,1000") {
             for repos in list("SETPOINT_BENCH_REPOS", "1") {
-                for concurrency in list("SETPOINT_BENCH_CONCURRENCY", "16") {
-                    fleet(size, repos, concurrency).await;
+                for spread in list("SETPOINT_BENCH_NAMESPACES", "1") {
+                    for concurrency in list("SETPOINT_BENCH_CONCURRENCY", "16") {
+                        fleet(size, repos, spread, concurrency).await;
+                    }
                 }
             }
         }

@@ -13,12 +13,17 @@
 //!   (`preview_concurrency`), so they never hold back a reconcile; a burst
 //!   of pushes to one pull request is covered by one preview of its newest
 //!   head.
+//! - A re-check a progressing reconcile asked for is skipped when a later
+//!   reconcile of the Application already left nothing progressing
+//!   ([`recheck`]).
+
+mod recheck;
 
 use std::collections::HashMap;
 use std::io::Write;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use kube::Api;
 use tokio::sync::{Semaphore, watch};
@@ -88,6 +93,8 @@ struct Shared {
     previewed: Mutex<HashMap<AppKey, String>>,
     /// Applications with a requeue already scheduled.
     requeues: Mutex<std::collections::HashSet<AppKey>>,
+    /// The re-checks published, and what answered them.
+    rechecks: Mutex<recheck::Rechecks>,
     id: String,
     record: Option<Mutex<std::fs::File>>,
     /// Set on shutdown: reconciles not yet started give their deliveries back.
@@ -121,6 +128,7 @@ pub async fn run(
         settings: settings.clone(),
         slots: Mutex::new(HashMap::new()),
         requeues: Mutex::new(Default::default()),
+        rechecks: Mutex::new(Default::default()),
         id: format!("{}-{}", hostname(), std::process::id()),
         record,
         stopping: std::sync::atomic::AtomicBool::new(false),
@@ -337,7 +345,23 @@ async fn drive(shared: Arc<Shared>, app: AppKey, mut batch: Slot) {
                 }
                 return;
             }
-            reconcile_once(&shared, &app, &batch).await
+            let answered = shared
+                .rechecks
+                .lock()
+                .expect("rechecks lock")
+                .answered(batch.waiting.iter().map(|d| &d.event));
+            if answered {
+                tracing::debug!(app = %app, "re-check already answered by a later reconcile");
+                Settled::Done { requeue: false }
+            } else {
+                let started = Instant::now();
+                let outcome = reconcile_once(&shared, &app, &batch).await;
+                if matches!(outcome, Settled::Done { requeue: false }) {
+                    let mut rechecks = shared.rechecks.lock().expect("rechecks lock");
+                    rechecks.settled(&app, started);
+                }
+                outcome
+            }
         };
         let bound = (batch.fresh_since != u64::MAX).then_some(batch.fresh_since);
         settle(&shared, &app, batch.waiting, outcome, bound).await;
@@ -500,14 +524,17 @@ fn schedule_requeue(shared: &Arc<Shared>, app: &AppKey, fresh_since: Option<u64>
     }
     let shared = shared.clone();
     let app = app.clone();
+    let asked = Instant::now();
     tokio::spawn(async move {
         tokio::time::sleep(shared.settings.requeue_after).await;
         shared.requeues.lock().expect("requeues lock").remove(&app);
-        if let Err(error) = shared
-            .queue
-            .publish(&Event::new(app.clone(), Cause::Requeue).with_fresh_since(fresh_since))
-            .await
-        {
+        let event = Event::new(app.clone(), Cause::Requeue).with_fresh_since(fresh_since);
+        shared
+            .rechecks
+            .lock()
+            .expect("rechecks lock")
+            .published(&event, asked);
+        if let Err(error) = shared.queue.publish(&event).await {
             tracing::debug!(app = %app, %error, "requeue not published; the sweep covers it");
         }
     });

@@ -91,8 +91,9 @@ struct Shared {
     /// The newest `updated_at` previewed per pull request: a delivery of
     /// an older state arriving late is not previewed over a newer one.
     previewed: Mutex<HashMap<AppKey, String>>,
-    /// Applications with a requeue already scheduled.
-    requeues: Mutex<std::collections::HashSet<AppKey>>,
+    /// Applications with a requeue already scheduled, and when a reconcile
+    /// last asked for it (a later ask joins the scheduled one).
+    requeues: Mutex<HashMap<AppKey, Instant>>,
     /// The re-checks published, and what answered them.
     rechecks: Mutex<recheck::Rechecks>,
     id: String,
@@ -513,21 +514,24 @@ async fn settle(
 }
 
 /// One delayed re-check per Application while something is progressing.
+/// It is asked for as of the latest reconcile that asked: only a reconcile
+/// that started after that one answers it ([`recheck`]).
 fn schedule_requeue(shared: &Arc<Shared>, app: &AppKey, fresh_since: Option<u64>) {
-    if !shared
+    let scheduled = shared
         .requeues
         .lock()
         .expect("requeues lock")
-        .insert(app.clone())
-    {
+        .insert(app.clone(), Instant::now())
+        .is_some();
+    if scheduled {
         return;
     }
     let shared = shared.clone();
     let app = app.clone();
-    let asked = Instant::now();
     tokio::spawn(async move {
         tokio::time::sleep(shared.settings.requeue_after).await;
-        shared.requeues.lock().expect("requeues lock").remove(&app);
+        let asked = shared.requeues.lock().expect("requeues lock").remove(&app);
+        let asked = asked.unwrap_or_else(Instant::now);
         let event = Event::new(app.clone(), Cause::Requeue).with_fresh_since(fresh_since);
         shared
             .rechecks

@@ -81,13 +81,20 @@ impl Visit for CloseMethod {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::sync::{Arc, Mutex};
 
     use super::*;
 
+    /// A log writer that keeps what it is given.
     #[derive(Clone, Default)]
-    struct Captured(Arc<Mutex<Vec<u8>>>);
+    pub(crate) struct Captured(Arc<Mutex<Vec<u8>>>);
+
+    impl Captured {
+        pub(crate) fn text(&self) -> String {
+            String::from_utf8(self.0.lock().unwrap().clone()).unwrap()
+        }
+    }
 
     impl std::io::Write for Captured {
         fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
@@ -130,7 +137,7 @@ mod tests {
                 tracing::error!(target: "lapin::connection", "connection lost");
                 tracing::warn!(target: "setpoint::worker", "NOT_FOUND - no queue, in Setpoint's own words");
             });
-            let log = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+            let log = captured.text();
             assert_eq!(log.lines().count(), 3, "{log}");
             assert!(!log.contains("reply_code: 404"), "{log}");
             assert!(log.contains("PRECONDITION_FAILED"), "{log}");

@@ -17,6 +17,7 @@ use tokio::sync::mpsc;
 
 use super::signature::github_signature;
 use super::*;
+use crate::logging::tests::Captured;
 use crate::queue::memory::MemoryQueue;
 use crate::queue::{Delivery, RetryPolicy};
 
@@ -1136,20 +1137,6 @@ async fn bodies_over_the_bytes_in_flight_answer_503_with_retry_after() {
     assert_eq!(keys(&fx.enqueued().await), ["team/root"]);
 }
 
-/// A log writer that keeps what it is given.
-#[derive(Clone, Default)]
-struct Captured(Arc<std::sync::Mutex<Vec<u8>>>);
-
-impl std::io::Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 #[actix_web::test]
 async fn request_values_reach_the_log_escaped_and_capped_in_both_formats() {
     const FORGED: &str = "2026-12-03T13:00:00.000000Z  INFO setpoint::worker: FORGED";
@@ -1195,7 +1182,7 @@ async fn request_values_reach_the_log_escaped_and_capped_in_both_formats() {
         drop(guard);
         assert!(fx.enqueued().await.is_empty());
 
-        let log = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+        let log = captured.text();
         let format = if json { "json" } else { "text" };
         assert_eq!(log.lines().count(), 3, "{format}: {log}");
         for line in log.lines() {

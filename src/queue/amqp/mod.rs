@@ -363,8 +363,10 @@ impl AmqpQueue {
 
     /// Events parked after their last attempt, with their last error. Reads
     /// the parking queue without consuming it: everything read is given back
-    /// (in its place) before this returns. Messages that are not events (a
-    /// foreign publisher's) are skipped here; they stay in the queue.
+    /// (in its place) with a nack sent before this returns; the broker
+    /// applies it shortly after, so a count taken at once may miss them.
+    /// Messages that are not events (a foreign publisher's) are skipped
+    /// here; they stay in the queue.
     pub async fn parked(&self) -> Result<Vec<(Event, String)>, QueueError> {
         let shared = &self.0.shared;
         let queue = short(&shared.names.parked)?;

@@ -91,10 +91,7 @@ struct Shared {
     /// The newest `updated_at` previewed per pull request: a delivery of
     /// an older state arriving late is not previewed over a newer one.
     previewed: Mutex<HashMap<AppKey, String>>,
-    /// Applications with a requeue already scheduled, and when a reconcile
-    /// last asked for it (a later ask joins the scheduled one).
-    requeues: Mutex<HashMap<AppKey, Instant>>,
-    /// The re-checks published, and what answered them.
+    /// The re-checks scheduled and published, and what answered them.
     rechecks: Mutex<recheck::Rechecks>,
     id: String,
     record: Option<Mutex<std::fs::File>>,
@@ -128,7 +125,6 @@ pub async fn run(
         previewed: Mutex::new(HashMap::new()),
         settings: settings.clone(),
         slots: Mutex::new(HashMap::new()),
-        requeues: Mutex::new(Default::default()),
         rechecks: Mutex::new(Default::default()),
         id: format!("{}-{}", hostname(), std::process::id()),
         record,
@@ -517,27 +513,18 @@ async fn settle(
 /// It is asked for as of the latest reconcile that asked: only a reconcile
 /// that started after that one answers it ([`recheck`]).
 fn schedule_requeue(shared: &Arc<Shared>, app: &AppKey, fresh_since: Option<u64>) {
-    let scheduled = shared
-        .requeues
-        .lock()
-        .expect("requeues lock")
-        .insert(app.clone(), Instant::now())
-        .is_some();
-    if scheduled {
+    if !shared.rechecks.lock().expect("rechecks lock").ask(app) {
         return;
     }
     let shared = shared.clone();
     let app = app.clone();
     tokio::spawn(async move {
         tokio::time::sleep(shared.settings.requeue_after).await;
-        let asked = shared.requeues.lock().expect("requeues lock").remove(&app);
-        let asked = asked.unwrap_or_else(Instant::now);
-        let event = Event::new(app.clone(), Cause::Requeue).with_fresh_since(fresh_since);
-        shared
+        let event = shared
             .rechecks
             .lock()
             .expect("rechecks lock")
-            .published(&event, asked);
+            .due(&app, fresh_since);
         if let Err(error) = shared.queue.publish(&event).await {
             tracing::debug!(app = %app, %error, "requeue not published; the sweep covers it");
         }

@@ -103,6 +103,7 @@ async fn main() {
         let mut app_a = application(&ns.name, &a, &repo.url(), "a");
         app_a.spec.destination = Destination {
             namespace: Some(target.name.clone()),
+            ..Default::default()
         };
         let mut app_b = application(&ns.name, &b, &repo.url(), &format!("b/{run}"));
         app_b.spec.depends_on = vec![Dependency {

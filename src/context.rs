@@ -1,10 +1,11 @@
-//! The one shared context of a Setpoint process: the Kubernetes client (with
-//! its request counter), the Git mirrors, the discovery cache. Cloned cheaply
-//! into every reconcile.
+//! The one shared context of a Setpoint process: the local cluster's client
+//! (with its request counter), where the Applications live; the registered
+//! clusters they deploy to (`cluster::Registry`, the local one among them);
+//! the Git mirrors, renderers and metrics. Cloned cheaply into every
+//! reconcile.
 
-use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 
 use http::{Method, Request};
 use kube::client::{Body, ClientBuilder};
@@ -15,31 +16,32 @@ use prometheus_client::metrics::counter::Counter;
 use tower::util::MapRequestLayer;
 
 use crate::api::Application;
+use crate::cluster::{Cluster, Registry};
 use crate::metrics::Metrics;
-use crate::reconcile::dry_run::DryRunCache;
-use crate::reconcile::kinds::Kinds;
 use crate::report::github::CommitStatuses;
 use crate::source::chart::{ChartSettings, ChartSource};
 use crate::source::git::{Credentials, GitSource};
 use crate::source::render::{RenderSettings, Renderers};
-use crate::tenancy::{Identity, Tenancy, impersonating};
+use crate::tenancy::{Identity, Tenancy};
 
 #[derive(Clone)]
 pub struct Context(Arc<Inner>);
 
 pub struct Inner {
+    /// The cluster Setpoint runs in: its Applications, their status and
+    /// Events, Leases, credentials Secrets.
     pub client: Client,
     pub requests: RequestCounter,
+    /// Where Applications deploy to: the local cluster and the registered
+    /// ones, each with its discovery, dry runs and impersonated clients.
+    pub clusters: Arc<Registry>,
     pub git: GitSource,
     /// Helm repositories and OCI registries: listings and archives.
     pub charts: ChartSource,
-    pub kinds: Kinds,
     pub reporter: Reporter,
     /// Kustomize and Helm, with their output cache.
     pub renderers: Renderers,
     pub metrics: Metrics,
-    /// The server-side diff's dry-run answers, per object.
-    pub dry_runs: DryRunCache,
     /// Git credentials for http(s) repositories whose Application names no
     /// Secret: `SETPOINT_GIT_USERNAME` and `SETPOINT_GIT_PASSWORD` (or
     /// `SETPOINT_GIT_PASSWORD_FILE`).
@@ -50,9 +52,6 @@ pub struct Inner {
     /// Admin namespaces, default service account, where sources may come
     /// from.
     pub tenancy: Tenancy,
-    /// One impersonating client per tenant identity, sharing `client`'s
-    /// connections.
-    impersonated: Mutex<HashMap<Identity, Client>>,
     /// The Applications the process's watch holds (when it runs one): the
     /// reconcile reads its dependencies (`spec.dependsOn`) here.
     applications: OnceLock<Store<Application>>,
@@ -82,7 +81,12 @@ impl Context {
     ) -> Result<Self, kube::Error> {
         let metrics = Metrics::new();
         let requests = RequestCounter::from_metrics(&metrics);
+        let watch_client = crate::ingest::watch::client(config.clone())?;
         let client = counted_client(config, &requests)?;
+        let clusters = Arc::new(Registry::new(
+            Cluster::local(client.clone(), watch_client),
+            requests.clone(),
+        ));
         let reporter = Reporter {
             controller: "setpoint".into(),
             instance: std::env::var("POD_NAME")
@@ -92,6 +96,7 @@ impl Context {
         Ok(Self(Arc::new(Inner {
             client,
             requests,
+            clusters,
             charts: ChartSource::new(ChartSettings::from_env(), cache_dir.clone()),
             // Short in-process retries: the queue retries with backoff too.
             renderers: Renderers::new(RenderSettings::from_env(), cache_dir.join("render"))
@@ -101,13 +106,10 @@ impl Context {
                 .with_fetch_histogram(metrics.git_fetch_seconds.clone())
                 .with_fetch_requests(metrics.git_fetches()),
             metrics,
-            dry_runs: DryRunCache::default(),
-            kinds: Kinds::default(),
             reporter,
             git_credentials: credentials_from_env(),
             commit_statuses,
             tenancy,
-            impersonated: Mutex::default(),
             applications: OnceLock::new(),
             previews: OnceLock::new(),
         })))
@@ -136,17 +138,15 @@ impl Context {
         self.applications.get()
     }
 
-    /// The client whose requests are made as `identity`: Setpoint's own for
-    /// an admin Application, else one that impersonates the service account.
+    /// The local cluster's client whose requests are made as `identity`
+    /// (an Application's credentials Secret is read with it).
     pub fn client_for(&self, identity: &Identity) -> Client {
-        if identity.is_admin() {
-            return self.client.clone();
-        }
-        let mut clients = self.impersonated.lock().expect("impersonated clients lock");
-        clients
-            .entry(identity.clone())
-            .or_insert_with(|| impersonating(&self.client, identity))
-            .clone()
+        self.clusters.local().client_for(identity)
+    }
+
+    /// The cluster Setpoint runs in.
+    pub fn local(&self) -> &Arc<Cluster> {
+        self.clusters.local()
     }
 }
 

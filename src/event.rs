@@ -58,6 +58,9 @@ pub enum Cause {
     Sweep,
     /// Someone asked (`setpoint app sync`).
     Manual,
+    /// The destination cluster was registered, its Secret changed, or it
+    /// answers again after being unreachable.
+    ClusterChanged { cluster: String },
     /// The last reconcile left something progressing: check back.
     Requeue,
     /// An Application this one names in `spec.dependsOn` became ready (or
@@ -143,6 +146,7 @@ impl Cause {
             Cause::AppChanged => "app-changed",
             Cause::Sweep => "sweep",
             Cause::Manual => "manual",
+            Cause::ClusterChanged { .. } => "cluster",
             Cause::Requeue => "requeue",
             Cause::DependencyChanged { .. } => "dependency",
             Cause::Chart { .. } => "chart",

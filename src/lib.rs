@@ -8,6 +8,7 @@
 
 pub mod api;
 pub mod cli;
+pub mod cluster;
 pub mod config;
 pub mod context;
 pub mod event;

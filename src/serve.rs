@@ -134,6 +134,11 @@ pub struct ServeOptions {
     /// Every process of one installation should agree.
     #[arg(long, env = "SETPOINT_WATCH_NAMESPACES", value_delimiter = ',')]
     pub watch_namespaces: Vec<String>,
+    /// Namespace of the cluster Secrets (labelled
+    /// `setpoint.dev/secret-type: cluster` or Argo CD's
+    /// `argocd.argoproj.io/secret-type: cluster`): Setpoint's own.
+    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
+    pub cluster_namespace: String,
     /// Namespace of the sweep's Lease.
     #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
     pub lease_namespace: String,
@@ -415,8 +420,18 @@ pub async fn serve(
 
     let (shutdown_tx, shutdown) = watch::channel(false);
     let mut tasks = tokio::task::JoinSet::new();
+    // The registered clusters, from the cluster Secrets of Setpoint's
+    // namespace: the workers deploy with them, the watches watch them.
+    if roles.worker || roles.watch || roles.ui {
+        tasks.spawn(
+            ctx.clusters
+                .clone()
+                .run(watch_client.clone(), options.cluster_namespace.clone()),
+        );
+    }
     if needs_index {
         let client = watch_client;
+        let clusters = ctx.clusters.clone();
         let queue = queue.clone();
         let store = store.clone();
         let objects = roles.watch;
@@ -427,7 +442,17 @@ pub async fn serve(
             routes: routes.clone(),
         };
         tasks.spawn(async move {
-            live_watch::run(client, queue, reflect, store, scope, objects, enqueue_apps).await;
+            live_watch::run(
+                client,
+                clusters,
+                queue,
+                reflect,
+                store,
+                scope,
+                objects,
+                enqueue_apps,
+            )
+            .await;
         });
     }
     if roles.sweep {

@@ -49,6 +49,7 @@ async fn create(
             },
             destination: Destination {
                 namespace: destination.map(str::to_string),
+                ..Default::default()
             },
             sync_policy: automated(true, true),
             depends_on: depends_on

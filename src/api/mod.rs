@@ -209,6 +209,14 @@ pub fn kubernetes_formats(schema: &mut schemars::Schema) {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Destination {
+    /// A registered cluster's name (a cluster Secret's `name`), as Argo
+    /// CD's; absent or `in-cluster`: the cluster Setpoint runs in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// A registered cluster's API server URL, when `name` is absent;
+    /// `https://kubernetes.default.svc` is the cluster Setpoint runs in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server: Option<String>,
     /// The namespace of namespaced objects that name none; defaults to the
     /// Application's own namespace.
     #[serde(default, skip_serializing_if = "Option::is_none")]

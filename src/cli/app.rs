@@ -8,6 +8,7 @@ use kube::api::ListParams;
 use kube::{Api, ResourceExt};
 
 use crate::api::{Application, ConditionType, OperationSummary};
+use crate::cluster::Wanted;
 use crate::event::AppKey;
 use crate::reconcile::depends;
 use crate::reconcile::status::short;
@@ -80,6 +81,7 @@ pub async fn run(
     let default_namespace = config.default_namespace.clone();
     let tenancy = tenancy.resolve(&default_namespace);
     let ctx = crate::context::Context::new(config, cache_dir.to_path_buf(), tenancy)?;
+    super::cluster::load(&ctx, &default_namespace).await;
     let target = |app: &str, scope: &Scope| -> (String, String) {
         match app.split_once('/') {
             Some((ns, name)) => (ns.to_string(), name.to_string()),
@@ -281,6 +283,13 @@ pub fn list_table(apps: &[Application], with_namespace: bool) -> String {
     if with_waiting {
         headers.insert(4, "WAITING-FOR");
     }
+    // Only when some Application deploys to another cluster.
+    let with_cluster = apps
+        .iter()
+        .any(|a| !Wanted::of(&a.spec.destination).is_local());
+    if with_cluster {
+        headers.insert(1, "CLUSTER");
+    }
     if with_namespace {
         headers.insert(0, "NAMESPACE");
     }
@@ -306,6 +315,9 @@ pub fn list_table(apps: &[Application], with_namespace: bool) -> String {
             ];
             if with_waiting {
                 row.insert(4, waiting_for(app, &listed));
+            }
+            if with_cluster {
+                row.insert(1, Wanted::of(&app.spec.destination).to_string());
             }
             if with_namespace {
                 row.insert(0, app.namespace().unwrap_or_default());
@@ -376,6 +388,7 @@ pub fn describe(app: &Application) -> String {
         format!("{}/{}", app.namespace().unwrap_or_default(), app.name_any()),
     );
     field("Repo:", display_url(&spec.source.repo_url));
+    field("Cluster:", Wanted::of(&spec.destination).to_string());
     field(
         "Target:",
         spec.source

@@ -1,6 +1,7 @@
 //! The command line: one binary, roles as subcommands.
 
 pub mod app;
+pub mod cluster;
 
 use std::path::PathBuf;
 
@@ -58,6 +59,9 @@ pub enum Command {
     /// Applications: list, get, diff, sync, history.
     #[command(subcommand)]
     App(app::AppCommand),
+    /// Registered clusters: list.
+    #[command(subcommand)]
+    Cluster(cluster::ClusterCommand),
     /// Reconcile one Application once; print the plan and the outcome.
     Reconcile {
         /// NAMESPACE/NAME
@@ -190,6 +194,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
         }
         Command::Config(ConfigCommand::Check { file }) => Ok(check_config(&file)),
         Command::App(command) => app::run(command, &cli.cache_dir, &cli.tenancy).await,
+        Command::Cluster(command) => cluster::run(command, &cli.cache_dir, &cli.tenancy).await,
         Command::Reconcile { app, sync } => {
             let (ctx, application) = load(&cli.cache_dir, &cli.tenancy, &app).await?;
             let request = Request {
@@ -313,7 +318,9 @@ async fn load(
         .ok_or_else(|| anyhow::anyhow!("expected NAMESPACE/NAME, got {app:?}"))?;
     let config = kube::Config::infer().await?;
     let tenancy = tenancy.resolve(&config.default_namespace);
+    let default_namespace = config.default_namespace.clone();
     let ctx = Context::new(config, cache_dir.to_path_buf(), tenancy)?;
+    cluster::load(&ctx, &default_namespace).await;
     let application = Api::<Application>::namespaced(ctx.client.clone(), namespace)
         .get(name)
         .await

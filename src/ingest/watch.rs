@@ -34,6 +34,7 @@ use tokio::task::JoinHandle;
 
 use super::AppReflector;
 use crate::api::{Application, Health};
+use crate::cluster::{Change, Cluster, Registry, Wanted};
 use crate::event::{AppKey, Cause, Event};
 use crate::ingest::dependents::{Dependents, Due};
 use crate::queue::Queue;
@@ -132,10 +133,13 @@ fn watch_config() -> watcher::Config {
 }
 
 /// Runs the Application watch over `scope` (feeding `reflect`; enqueueing
-/// spec changes when `apps` is true) and, when `objects` is true, the
-/// live-object watches.
+/// spec changes, and the Applications of a cluster registered, changed or
+/// answering again, when `apps` is true) and, when `objects` is true, the
+/// live-object watches on each Application's destination cluster.
+#[allow(clippy::too_many_arguments)] // the roles' switches, passed as they are
 pub async fn run(
     client: Client,
+    clusters: Arc<Registry>,
     queue: Arc<dyn Queue>,
     reflect: AppReflector,
     store: Store<Application>,
@@ -173,8 +177,49 @@ pub async fn run(
             }),
     );
     futures::pin_mut!(stream);
+    let changes = futures::stream::unfold(clusters.subscribe(), |mut changes| async move {
+        match changes.recv().await {
+            Ok(change) => Some((Some(change), changes)),
+            // Some were missed: every cluster's watches are checked.
+            Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => Some((None, changes)),
+            Err(tokio::sync::broadcast::error::RecvError::Closed) => None,
+        }
+    });
+    let inputs =
+        futures::stream::select(stream.map(Input::Application), changes.map(Input::Cluster));
+    futures::pin_mut!(inputs);
     let mut retry = Retry::default();
-    while let Some(event) = stream.next().await {
+    while let Some(input) = inputs.next().await {
+        let event = match input {
+            Input::Application(event) => event,
+            Input::Cluster(change) => {
+                if listing {
+                    continue;
+                }
+                if apps {
+                    for app in store.state() {
+                        let wanted = Wanted::of(&app.spec.destination);
+                        if change.as_ref().is_none_or(|c| c.concerns(&wanted)) && !wanted.is_local()
+                        {
+                            let cause = Cause::ClusterChanged {
+                                cluster: wanted.to_string(),
+                            };
+                            publish(&queue, Event::new(super::key_of(&app), cause)).await;
+                        }
+                    }
+                }
+                if objects {
+                    watches.lock().expect("watches lock").sync(
+                        &clusters,
+                        &queue,
+                        &store,
+                        &scope,
+                        targets.wanted(),
+                    );
+                }
+                continue;
+            }
+        };
         let event = match event {
             Ok(event) => {
                 retry.reset();
@@ -256,7 +301,7 @@ pub async fn run(
         }
         if objects && !listing {
             watches.lock().expect("watches lock").sync(
-                &client,
+                &clusters,
                 &queue,
                 &store,
                 &scope,
@@ -264,6 +309,14 @@ pub async fn run(
             );
         }
     }
+}
+
+/// What the watch loop reacts to.
+enum Input<A> {
+    Application(A),
+    /// A cluster registered, changed or answering again; None: some such
+    /// news was missed.
+    Cluster(Option<Change>),
 }
 
 /// Whether `key`'s last reconcile left it waiting for a dependency.
@@ -306,6 +359,8 @@ fn generation_unobserved(app: &Application) -> bool {
 /// One live-object watch: a kind, in one namespace or in all of them.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 struct Target {
+    /// The cluster the objects are on (the Application's destination).
+    cluster: Wanted,
     group: String,
     version: String,
     kind: String,
@@ -322,8 +377,12 @@ impl std::fmt::Display for Target {
         };
         write!(f, "{group}{} {}", self.version, self.kind)?;
         match &self.namespace {
-            Some(namespace) => write!(f, " in {namespace}"),
-            None => f.write_str(" in the cluster"),
+            Some(namespace) => write!(f, " in {namespace}")?,
+            None => f.write_str(" in the cluster")?,
+        }
+        match &self.cluster {
+            Wanted::Local => Ok(()),
+            cluster => write!(f, " {cluster}"),
         }
     }
 }
@@ -333,7 +392,9 @@ impl std::fmt::Display for Target {
 /// in (a cluster-scoped kind's objects have none), so that Roles in those
 /// namespaces are enough.
 fn targets_of(app: &Application, scope: &Scope) -> BTreeSet<Target> {
+    let cluster = Wanted::of(&app.spec.destination);
     let target = |group: &str, version: &str, kind: &str, namespace: &Option<String>| Target {
+        cluster: cluster.clone(),
         group: group.to_string(),
         version: version.to_string(),
         kind: kind.to_string(),
@@ -408,22 +469,38 @@ impl Targets {
     }
 }
 
+/// The running watches, each with the cluster it watches (a cluster whose
+/// Secret changed is a new one: its watches start again with its new
+/// credentials).
 #[derive(Default)]
 struct KindWatches {
-    running: HashMap<Target, JoinHandle<()>>,
+    running: HashMap<Target, (JoinHandle<()>, Arc<Cluster>)>,
 }
 
 impl KindWatches {
     fn sync(
         &mut self,
-        client: &Client,
+        clusters: &Registry,
         queue: &Arc<dyn Queue>,
         store: &Store<Application>,
         scope: &Scope,
         wanted: BTreeSet<Target>,
     ) {
-        self.running.retain(|target, task| {
-            let keep = wanted.contains(target) && !task.is_finished();
+        let registered = clusters.clusters();
+        let cluster_of = |wanted: &Wanted| -> Option<Arc<Cluster>> {
+            if wanted.is_local() {
+                return Some(clusters.local().clone());
+            }
+            registered
+                .iter()
+                .find(|(entry, _)| wanted.matches(entry))
+                .and_then(|(_, cluster)| cluster.clone())
+        };
+        self.running.retain(|target, (task, cluster)| {
+            let current = cluster_of(&target.cluster);
+            let keep = wanted.contains(target)
+                && !task.is_finished()
+                && current.is_some_and(|c| Arc::ptr_eq(&c, cluster));
             if !keep {
                 tracing::info!(%target, "stopping watch");
                 task.abort();
@@ -434,15 +511,20 @@ impl KindWatches {
             if self.running.contains_key(&target) {
                 continue;
             }
+            // An unregistered cluster: its Applications say so; its watch
+            // starts when its Secret comes.
+            let Some(cluster) = cluster_of(&target.cluster) else {
+                continue;
+            };
             tracing::info!(%target, "starting watch");
             let task = tokio::spawn(watch_kind(
-                client.clone(),
+                cluster.watch_client().clone(),
                 target.clone(),
                 queue.clone(),
                 store.clone(),
                 scope.clone(),
             ));
-            self.running.insert(target, task);
+            self.running.insert(target, (task, cluster));
         }
     }
 }

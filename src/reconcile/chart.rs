@@ -12,6 +12,7 @@ use kube::{Client, ResourceExt};
 
 use super::{ReconcileError, Request, credentials, prepare};
 use crate::api::Application;
+use crate::cluster::Cluster;
 use crate::context::Context;
 use crate::manifest::Manifest;
 use crate::source::chart::cache::ChartRequest;
@@ -24,6 +25,7 @@ use crate::source::render::{Job, Method, RenderError};
 pub(super) async fn render(
     ctx: &Context,
     app: &Application,
+    cluster: &Cluster,
     client: &Client,
     request: &Request,
     revision_out: &mut Option<String>,
@@ -60,7 +62,10 @@ pub(super) async fn render(
         .await?;
     *revision_out = Some(resolved.revision.clone());
     let method = Method::Helm(source.helm.clone().unwrap_or_default());
-    let capabilities = ctx.renderers.capabilities(&ctx.client).await?;
+    let capabilities = ctx
+        .renderers
+        .capabilities(&cluster.name, cluster.client())
+        .await?;
     let namespace = prepare::destination_namespace(app);
     let repo_key = format!("{}#{chart}", repository.key());
     let name = app.name_any();

@@ -32,12 +32,14 @@ pub mod status;
 mod status_write;
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kube::ResourceExt;
 use serde_json::Value;
 
 use crate::api::{Application, ApplicationStatus, Health, OperationSummary, ResourceStatus, Sync};
+use crate::cluster::{Cluster, Wanted};
 use crate::context::Context;
 use crate::manifest::ObjectId;
 use crate::report::events::{Events, error_chain};
@@ -89,6 +91,10 @@ pub enum ReconcileError {
         name: String,
         message: String,
     },
+    #[error(transparent)]
+    Destination(#[from] crate::cluster::DestinationError),
+    #[error("the cluster {cluster} does not answer: {message}")]
+    Unreachable { cluster: String, message: String },
     #[error("failed to write the status of {app}: {source}")]
     WriteStatus {
         app: String,
@@ -113,6 +119,8 @@ impl ReconcileError {
             ReconcileError::Depends(_) => false,
             ReconcileError::DependsLookup(_) => true,
             ReconcileError::Credentials { .. } => false,
+            ReconcileError::Destination(_) => false,
+            ReconcileError::Unreachable { .. } => true,
             ReconcileError::WriteStatus { .. } => true,
         }
     }
@@ -142,6 +150,8 @@ impl ReconcileError {
             ReconcileError::Apply(ApplyError::CrdTerminating { .. }) => "CrdTerminating",
             ReconcileError::Apply(_) => "ApplyFailed",
             ReconcileError::Credentials { .. } => "CredentialsInvalid",
+            ReconcileError::Destination(e) => e.reason(),
+            ReconcileError::Unreachable { .. } => "ClusterUnreachable",
             ReconcileError::WriteStatus { .. } => "StatusWriteFailed",
         }
     }
@@ -196,6 +206,7 @@ impl Outcome {
 async fn render(
     ctx: &Context,
     app: &Application,
+    cluster: &Cluster,
     credentials: Option<&Credentials>,
     checkout: &Checkout,
 ) -> Result<(Vec<crate::manifest::Manifest>, Inputs), ReconcileError> {
@@ -209,7 +220,11 @@ async fn render(
         ));
     }
     let capabilities = match method {
-        Method::Helm(_) => Some(ctx.renderers.capabilities(&ctx.client).await?),
+        Method::Helm(_) => Some(
+            ctx.renderers
+                .capabilities(&cluster.name, cluster.client())
+                .await?,
+        ),
         _ => None,
     };
     let namespace = prepare::destination_namespace(app);
@@ -395,19 +410,49 @@ async fn sync(
 ) -> Result<Outcome, ReconcileError> {
     let source = &app.spec.source;
     // Who this Application acts as: every request on its behalf below (the
-    // credentials Secret, the live reads, the dry run, the apply, the prune)
-    // goes through `client`, so the API server's RBAC decides.
+    // credentials Secret on the local cluster; the live reads, the dry run,
+    // the apply, the prune on its destination cluster) goes through `local`
+    // or `client`, so each API server's RBAC decides.
     let identity = ctx.tenancy.identity(app)?;
-    let client = ctx.client_for(&identity);
+    let cluster = destination(ctx, app).await?;
+    if let Some(message) = cluster.unreachable() {
+        return Err(ReconcileError::Unreachable {
+            cluster: cluster.name.clone(),
+            message,
+        });
+    }
+    let local = ctx.client_for(&identity);
+    let client = cluster.client_for(&identity);
     let (revision, manifests, inputs) = if source.chart.is_some() {
-        chart::render(ctx, app, &client, request, revision_out).await?
+        chart::render(ctx, app, &cluster, &local, request, revision_out).await?
     } else {
-        git_render(ctx, app, request, &identity, &client, revision_out).await?
+        git_render(ctx, app, request, &identity, &cluster, &local, revision_out).await?
     };
-    sync_rendered(
-        ctx, app, request, events, started, &client, revision, manifests, inputs,
+    let synced = sync_rendered(
+        ctx, app, request, events, started, &cluster, &client, revision, manifests, inputs,
     )
-    .await
+    .await;
+    match synced {
+        Err(error) if !cluster.is_local() => match crate::cluster::unreachable_cause(&error) {
+            Some(message) => {
+                cluster.set_unreachable(message.clone());
+                Err(ReconcileError::Unreachable {
+                    cluster: cluster.name.clone(),
+                    message,
+                })
+            }
+            None => Err(error),
+        },
+        other => other,
+    }
+}
+
+/// The cluster `app` deploys to, when its namespace may deploy there.
+async fn destination(ctx: &Context, app: &Application) -> Result<Arc<Cluster>, ReconcileError> {
+    let namespace = app.namespace().unwrap_or_default();
+    let wanted = Wanted::of(&app.spec.destination);
+    let admin = ctx.tenancy.is_admin_namespace(&namespace);
+    Ok(ctx.clusters.resolve(&wanted, &namespace, admin).await?)
 }
 
 /// Steps 1–2 from Git: the checkout at the revision, then its render.
@@ -416,6 +461,7 @@ async fn git_render(
     app: &Application,
     request: &Request,
     identity: &crate::tenancy::Identity,
+    cluster: &Cluster,
     client: &kube::Client,
     revision_out: &mut Option<String>,
 ) -> Result<(String, Vec<crate::manifest::Manifest>, Inputs), ReconcileError> {
@@ -439,7 +485,7 @@ async fn git_render(
         commit_status::pending(ctx, app, request, &revision);
     }
 
-    let (manifests, inputs) = render(ctx, app, credentials.as_ref(), &checkout).await?;
+    let (manifests, inputs) = render(ctx, app, cluster, credentials.as_ref(), &checkout).await?;
     Ok((revision, manifests, inputs))
 }
 
@@ -451,13 +497,14 @@ async fn sync_rendered(
     request: &Request,
     events: &Events,
     started: Instant,
+    cluster: &Cluster,
     client: &kube::Client,
     revision: String,
     manifests: Vec<crate::manifest::Manifest>,
     inputs: Inputs,
 ) -> Result<Outcome, ReconcileError> {
     let client = client.clone();
-    let prepared = prepare::prepare(&ctx.client, &ctx.kinds, app, manifests).await?;
+    let prepared = prepare::prepare(cluster.client(), &cluster.kinds, app, manifests).await?;
     // Hooks (`setpoint.dev/hook`) run only at their phase of a sync: they are
     // neither planned, nor drift, nor pruned as ordinary objects.
     let mut desired = Vec::with_capacity(prepared.len());
@@ -475,7 +522,7 @@ async fn sync_rendered(
         }
     }
     let how = live::Read::for_reconcile(request.manual);
-    let (mut live, skipped_kinds) = live::read(&client, &ctx.kinds, app, &desired, how).await?;
+    let (mut live, skipped_kinds) = live::read(&client, &cluster.kinds, app, &desired, how).await?;
     let live_hooks: Vec<ObjectId> = live
         .objects
         .iter()
@@ -503,7 +550,7 @@ async fn sync_rendered(
     }
     let desired_manifests: Vec<_> = desired.iter().map(|d| d.manifest.clone()).collect();
     live.dry_runs =
-        dry_run::dry_run_live(&client, &ctx.dry_runs, &ctx.metrics, &desired, &live).await?;
+        dry_run::dry_run_live(&client, &cluster.dry_runs, &ctx.metrics, &desired, &live).await?;
     let plan = plan::plan(&desired_manifests, &live, ignore);
     if request.dry_run {
         if request.dry_run_creates {
@@ -552,7 +599,7 @@ async fn sync_rendered(
             decision.skipped.iter().map(|s| s.id.clone()).collect();
         let result = ordered_sync::sync(ordered_sync::Input {
             client: &client,
-            kinds: &ctx.kinds,
+            kinds: &cluster.kinds,
             events,
             revision: &revision,
             previous: previous.and_then(|s| s.sync_run.as_ref()),
@@ -574,21 +621,27 @@ async fn sync_rendered(
         let pruned = result.pruned;
         (applied, pruned, Some((result.run, result.end, result.held)))
     } else {
-        let applied =
-            apply::apply(&client, &ctx.kinds, &mut desired, &chosen, &live.dry_runs).await?;
-        let pruned = apply::prune(&client, &ctx.kinds, &prune_targets, &live.objects).await?;
+        let applied = apply::apply(
+            &client,
+            &cluster.kinds,
+            &mut desired,
+            &chosen,
+            &live.dry_runs,
+        )
+        .await?;
+        let pruned = apply::prune(&client, &cluster.kinds, &prune_targets, &live.objects).await?;
         (applied, pruned, None)
     };
     for a in &applied {
         if let Some(d) = desired.iter().find(|d| d.manifest.id == a.id) {
-            ctx.dry_runs.applied(&a.id, &d.manifest.body, &a.live);
+            cluster.dry_runs.applied(&a.id, &d.manifest.body, &a.live);
         }
     }
     if applied
         .iter()
         .any(|a| a.id.group == "apiextensions.k8s.io" && a.id.kind == "CustomResourceDefinition")
     {
-        ctx.renderers.invalidate_capabilities().await;
+        ctx.renderers.invalidate_capabilities(&cluster.name).await;
     }
 
     // Health and per-object status, from what the API server returned.

@@ -354,7 +354,8 @@ pub struct Renderers {
             prometheus_client::metrics::counter::Counter,
         >,
     >,
-    capabilities: tokio::sync::Mutex<Option<(Instant, Arc<Capabilities>)>>,
+    /// Per cluster (by name): each has its own version and API groups.
+    capabilities: tokio::sync::Mutex<HashMap<String, (Instant, Arc<Capabilities>)>>,
 }
 
 /// Capabilities are read again after this long (a CRD may have arrived).
@@ -375,7 +376,7 @@ impl Renderers {
             cache: Mutex::default(),
             runs: AtomicU64::new(0),
             runs_counter: None,
-            capabilities: tokio::sync::Mutex::new(None),
+            capabilities: tokio::sync::Mutex::default(),
         }
     }
 
@@ -521,20 +522,22 @@ impl Renderers {
         }
     }
 
-    /// Forgets the capabilities: the next helm render reads them again (a
-    /// reconcile just applied a CRD).
-    pub async fn invalidate_capabilities(&self) {
-        *self.capabilities.lock().await = None;
+    /// Forgets a cluster's capabilities: the next helm render for it reads
+    /// them again (a reconcile just applied a CRD there).
+    pub async fn invalidate_capabilities(&self, cluster: &str) {
+        self.capabilities.lock().await.remove(cluster);
     }
 
     /// The target cluster's version and API groups, as helm's
-    /// `.Capabilities` should see them; read through discovery, kept a minute.
+    /// `.Capabilities` should see them; read through discovery with
+    /// `client` (the cluster named `cluster`), kept a minute.
     pub async fn capabilities(
         &self,
+        cluster: &str,
         client: &kube::Client,
     ) -> Result<Arc<Capabilities>, RenderError> {
         let mut cached = self.capabilities.lock().await;
-        if let Some((at, capabilities)) = cached.as_ref()
+        if let Some((at, capabilities)) = cached.get(cluster)
             && at.elapsed() < CAPABILITIES_TTL
         {
             return Ok(Arc::clone(capabilities));
@@ -544,7 +547,10 @@ impl Renderers {
                 .await
                 .map_err(RenderError::Capabilities)?,
         );
-        *cached = Some((Instant::now(), Arc::clone(&capabilities)));
+        cached.insert(
+            cluster.to_string(),
+            (Instant::now(), Arc::clone(&capabilities)),
+        );
         Ok(capabilities)
     }
 }

@@ -27,7 +27,7 @@ RUSTC_VERSION := $(shell rustc --version 2>/dev/null | awk '{print $$2}')
 export CARGO_TARGET_DIR ?= $(SETPOINT_CACHE)/cargo-target-$(RUSTC_VERSION)
 
 PHONY_EXTRA := crd bench bench-large image image-deps image-context image-lock test-image
-.PHONY: all build test test-restart test-ui test-ha screenshot browser-deps rabbitmq-cluster-up rabbitmq-cluster-down unit lint demo bench cluster-build cluster-up cluster-down \
+.PHONY: all build test test-multicluster clusters-up clusters-down test-restart test-ui test-ha screenshot browser-deps rabbitmq-cluster-up rabbitmq-cluster-down unit lint demo bench cluster-build cluster-up cluster-down \
 	rabbitmq-up rabbitmq-down up down fmt helm-build registry-build $(PHONY_EXTRA)
 
 all: build
@@ -52,6 +52,16 @@ cluster-up:
 
 cluster-down:
 	tests/controlplane/cluster.sh down
+
+## Two more control planes, staging and prod (.cluster-staging,
+## .cluster-prod), for the many-clusters tests; the same binaries.
+REMOTE_CLUSTERS := staging prod
+
+clusters-up: cluster-build
+	@for c in $(REMOTE_CLUSTERS); do CLUSTER_DIR=$(CURDIR)/.cluster-$$c tests/controlplane/cluster.sh up; done
+
+clusters-down:
+	@for c in $(REMOTE_CLUSTERS); do CLUSTER_DIR=$(CURDIR)/.cluster-$$c tests/controlplane/cluster.sh down; done
 
 ## helm, built from its Go module (see tests/tools/helm/build.sh).
 helm-build:
@@ -94,6 +104,11 @@ test: up lint
 	@echo "[test] cargo test against $$(grep server: $(KUBECONFIG) | awk '{print $$2}') and amqp://127.0.0.1:5672"
 	$(FRESH_TEST_VHOST)
 	cargo test --lib --bins --tests
+
+## Many clusters (tests/multicluster.rs): Applications on the local control
+## plane deploying to staging and prod; it stops prod's API server for 30 s.
+test-multicluster: up clusters-up
+	cargo test --test multicluster
 
 ## The API server restarted five times under a running Setpoint
 ## (tests/apiserver_restart.rs). Alone, after `make test`: it disrupts every

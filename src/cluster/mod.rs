@@ -58,6 +58,19 @@ pub struct Cluster {
     local: bool,
 }
 
+/// Its name, URL and reachability; never a credential (the clients hold
+/// them, and are not shown).
+impl std::fmt::Debug for Cluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cluster")
+            .field("name", &self.name)
+            .field("server", &self.server)
+            .field("local", &self.local)
+            .field("reachability", &self.reachability())
+            .finish_non_exhaustive()
+    }
+}
+
 /// Whether a cluster answered lately.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Reachability {

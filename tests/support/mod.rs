@@ -11,6 +11,7 @@ pub mod git;
 pub mod github;
 pub mod gitlab;
 pub mod process;
+pub mod remote;
 pub mod viewer;
 
 use std::future::Future;

@@ -175,7 +175,7 @@ test-image: up image-deps build
 	$(IMAGE_ENV) image/smoke.sh
 
 ## Benchmarks against the real control plane and RabbitMQ (release build).
-bench: up
+bench: up clusters-up
 	command -v wrk >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null
 	$(FRESH_TEST_VHOST)
 	cargo bench --bench reconcile
@@ -185,6 +185,7 @@ bench: up
 	cargo bench --bench ui
 	cargo bench --bench charts
 	cargo bench --bench preview
+	cargo bench --bench multicluster
 
 ## The fleet benchmark at 10,000 Applications of Flux's MTTP shape
 ## (ServiceAccount, Service, Deployment of 0 replicas, Ingress), in one

@@ -83,10 +83,13 @@ impl Context {
         let requests = RequestCounter::from_metrics(&metrics);
         let watch_client = crate::ingest::watch::client(config.clone())?;
         let client = counted_client(config, &requests)?;
-        let clusters = Arc::new(Registry::new(
-            Cluster::local(client.clone(), watch_client),
-            requests.clone(),
-        ));
+        let clusters = Arc::new(
+            Registry::new(
+                Cluster::local(client.clone(), watch_client),
+                requests.clone(),
+            )
+            .with_reachability_gauge(metrics.cluster_reachable.clone()),
+        );
         let reporter = Reporter {
             controller: "setpoint".into(),
             instance: std::env::var("POD_NAME")

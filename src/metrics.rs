@@ -67,6 +67,12 @@ pub struct AppStatusLabels {
     pub status: String,
 }
 
+/// One registered cluster (as many series as clusters).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ClusterLabels {
+    pub cluster: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct NamespaceLabels {
     pub namespace: String,
@@ -99,6 +105,7 @@ pub struct Inner {
     pub commit_status_failures: Counter,
     pub previews: Family<PreviewLabels, Counter>,
     pub preview_seconds: Histogram,
+    pub cluster_reachable: Family<ClusterLabels, Gauge>,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -266,6 +273,12 @@ impl Metrics {
             "Duration of one pull request preview, from the event to the comment posted",
             preview_seconds.clone(),
         );
+        let cluster_reachable = Family::<ClusterLabels, Gauge>::default();
+        registry.register(
+            "cluster_reachable",
+            "1 while a registered cluster answered its last probe, 0 while it does not",
+            cluster_reachable.clone(),
+        );
         Metrics(Arc::new(Inner {
             registry,
             webhooks,
@@ -287,6 +300,7 @@ impl Metrics {
             commit_status_failures,
             previews,
             preview_seconds,
+            cluster_reachable,
         }))
     }
 

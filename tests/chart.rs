@@ -1034,3 +1034,38 @@ async fn under_namespaced_rbac_a_scale_is_corrected_by_a_watch_in_the_namespace(
         "something was refused under the namespaced RBAC:\n{logs}"
     );
 }
+
+/// `clusters`: one Secret per cluster in the release namespace, labelled as
+/// a cluster's, with the allowed namespaces; Setpoint may read Secrets there.
+#[tokio::test]
+async fn clusters_render_as_cluster_secrets_setpoint_may_read() {
+    let ns = TestNamespace::new("chart-clusters").await;
+    let objects = render_and_dry_run(
+        &ns.name,
+        &[
+            "--set-json",
+            r#"clusters=[{"name":"staging","server":"https://staging.example.test:6443","config":{"bearerToken":"t"},"allowedNamespaces":["team-a","team-b"]}]"#,
+        ],
+    );
+    let secret = find(&objects, "Secret", &format!("{FULLNAME}-cluster-staging"));
+    assert_eq!(namespace_of(secret), ns.name);
+    assert_eq!(
+        secret["metadata"]["labels"]["setpoint.dev/secret-type"],
+        "cluster"
+    );
+    assert_eq!(
+        secret["metadata"]["annotations"]["setpoint.dev/allowed-namespaces"],
+        "team-a,team-b"
+    );
+    assert_eq!(
+        secret["stringData"]["server"],
+        "https://staging.example.test:6443"
+    );
+    assert_eq!(secret["stringData"]["config"], r#"{"bearerToken":"t"}"#);
+    let lease = find(&objects, "Role", &format!("{FULLNAME}-lease"));
+    let reads_secrets = lease["rules"].as_array().unwrap().iter().any(|rule| {
+        strings(&rule["resources"]) == vec!["secrets"]
+            && strings(&rule["verbs"]) == vec!["get", "list", "watch"]
+    });
+    assert!(reads_secrets, "{lease:?}");
+}

@@ -24,8 +24,8 @@ use setpoint::context::Context;
 use setpoint::reconcile::Request;
 use setpoint::tenancy::{Admins, Tenancy};
 use support::app::{
-    automated, context, context_with, create_app, deployment_yaml, get_app, install_crd,
-    reconcile_app, settled_at, synced_at,
+    automated, context, context_with, create_app, deployment_yaml, event_notes, get_app,
+    install_crd, reconcile_app, settled_at, synced_at,
 };
 use support::process::{Setpoint, free_port, github_push, post_github};
 use support::remote::{Remote, register};
@@ -150,6 +150,48 @@ async fn an_application_applies_and_prunes_on_the_cluster_its_destination_names(
         .await
         .unwrap();
     assert!(again.applied.is_empty() && again.pruned.is_empty() && !again.status_written);
+    let notes = event_notes(&ns, "by-name", "Synced").await;
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.contains(" on cluster staging: applied 2")),
+        "{notes:?}"
+    );
+
+    // `setpoint cluster list`: each cluster, whether it answers, its
+    // version and how many Applications deploy there; no credential.
+    let out = std::process::Command::new(support::process::binary())
+        .args(["cluster", "list", "--namespace", &ns.name])
+        .env("KUBECONFIG", support::kubeconfig_path())
+        .env("POD_NAMESPACE", &ns.name)
+        .output()
+        .expect("setpoint cluster list");
+    let listed = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{listed} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let row = listed
+        .lines()
+        .find(|l| l.starts_with("staging "))
+        .unwrap_or_else(|| panic!("no staging row: {listed}"));
+    let cells: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(
+        &cells[..3],
+        &["staging", staging.server.as_str(), "Reachable"],
+        "{listed}"
+    );
+    assert!(cells[3].starts_with('v'), "a version: {listed}");
+    assert_eq!(cells[4], "2", "{listed}");
+    assert!(
+        listed.lines().any(|l| l.starts_with("in-cluster ")),
+        "{listed}"
+    );
+    assert!(
+        !listed.contains("BEGIN") && !listed.contains("keyData"),
+        "{listed}"
+    );
 }
 
 /// Applications of namespaces that are not admin namespaces.

@@ -16,7 +16,11 @@ use crate::context::Context;
 pub enum ClusterCommand {
     /// The registered clusters: name, server, reachability, version and
     /// Application count.
-    List,
+    List {
+        /// Count only the Applications of this namespace (default: all).
+        #[arg(short, long)]
+        namespace: Option<String>,
+    },
 }
 
 /// Reads the cluster Secrets of Setpoint's namespace (`POD_NAMESPACE`, else
@@ -41,16 +45,17 @@ pub async fn run(
     cache_dir: &std::path::Path,
     tenancy: &crate::tenancy::TenancyOptions,
 ) -> anyhow::Result<i32> {
-    let ClusterCommand::List = command;
+    let ClusterCommand::List { namespace } = command;
     let config = kube::Config::infer().await?;
     let default_namespace = config.default_namespace.clone();
     let tenancy = tenancy.resolve(&default_namespace);
     let ctx = Context::new(config, cache_dir.to_path_buf(), tenancy)?;
     load(&ctx, &default_namespace).await;
-    let apps = Api::<Application>::all(ctx.client.clone())
-        .list(&ListParams::default())
-        .await?
-        .items;
+    let api: Api<Application> = match &namespace {
+        Some(namespace) => Api::namespaced(ctx.client.clone(), namespace),
+        None => Api::all(ctx.client.clone()),
+    };
+    let apps = api.list(&ListParams::default()).await?.items;
     let registered = ctx.clusters.clusters();
     let mut counts: BTreeMap<String, usize> = BTreeMap::new();
     for app in &apps {

@@ -20,6 +20,9 @@ use super::destination::{self, DestinationError, Wanted};
 use super::secret::{Entry, EntryError};
 use super::{Cluster, Reachability};
 use crate::context::RequestCounter;
+use crate::metrics::ClusterLabels;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 
 /// How often a cluster that does not answer is asked again.
 const PROBE_UNREACHABLE: Duration = Duration::from_secs(2);
@@ -68,6 +71,8 @@ pub struct Registry {
     changes: broadcast::Sender<Change>,
     /// True once the cluster Secrets were listed.
     listed: watch::Sender<bool>,
+    /// `setpoint_cluster_reachable{cluster}`, from the probes.
+    reachable: Option<Family<ClusterLabels, Gauge>>,
 }
 
 impl Registry {
@@ -78,7 +83,14 @@ impl Registry {
             registered: RwLock::default(),
             changes: broadcast::channel(1024).0,
             listed: watch::channel(false).0,
+            reachable: None,
         }
+    }
+
+    /// The same, setting `gauge` from each probe.
+    pub fn with_reachability_gauge(mut self, gauge: Family<ClusterLabels, Gauge>) -> Self {
+        self.reachable = Some(gauge);
+        self
     }
 
     /// The cluster Setpoint runs in.
@@ -207,6 +219,11 @@ impl Registry {
             .expect("registry lock")
             .remove(secret_name);
         if let Some(removed) = removed {
+            if let Some(gauge) = &self.reachable {
+                gauge.remove(&ClusterLabels {
+                    cluster: removed.entry.name.clone(),
+                });
+            }
             tracing::info!(cluster = %removed.entry.name, secret = secret_name, "cluster removed");
             let _ = self.changes.send(Change {
                 name: removed.entry.name,
@@ -298,6 +315,14 @@ impl Registry {
             });
             for (cluster, answer) in futures::future::join_all(probes).await {
                 last.insert(cluster.name.clone(), Instant::now());
+                if let Some(gauge) = &self.reachable {
+                    let labels = ClusterLabels {
+                        cluster: cluster.name.clone(),
+                    };
+                    gauge
+                        .get_or_create(&labels)
+                        .set(i64::from(matches!(answer, Ok(Ok(_)))));
+                }
                 match answer {
                     Ok(Ok(info)) => {
                         if cluster.set_reachable(info.git_version) {

@@ -38,6 +38,8 @@ pub(super) fn count_drift_corrections(ctx: &Context, plan: &Plan, applied: &[app
 pub(super) struct Synced<'a> {
     pub revision: &'a str,
     pub changed_input: Option<&'a str>,
+    /// The destination, when it is not the local cluster.
+    pub cluster: Option<&'a str>,
 }
 
 pub(super) async fn report_events(
@@ -96,8 +98,12 @@ pub(super) async fn report_events(
                 "Synced",
                 "Sync",
                 format!(
-                    "synced to revision {}: applied {}, pruned {}, unchanged {}{}",
+                    "synced to revision {}{}: applied {}, pruned {}, unchanged {}{}",
                     short(Some(synced.revision)),
+                    synced
+                        .cluster
+                        .map(|cluster| format!(" on cluster {cluster}"))
+                        .unwrap_or_default(),
                     applied.len(),
                     pruned.len(),
                     unchanged,

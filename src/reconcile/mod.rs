@@ -751,6 +751,7 @@ async fn sync_rendered(
         events::Synced {
             revision: &revision,
             changed_input: request.changed_input.as_deref(),
+            cluster: (!cluster.is_local()).then_some(cluster.name.as_str()),
         },
         previous,
         &new_status,

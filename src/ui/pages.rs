@@ -116,14 +116,15 @@ pub fn list(view: &ListView, query: &ListQuery, viewer: &str) -> String {
     let _ = write!(
         main,
         r#"<form method="get" action="/" class="filters">
-<label>Namespace {}</label> <label>Sync {}</label> <label>Health {}</label>
+<label>Namespace {}</label> <label>Cluster {}</label> <label>Sync {}</label> <label>Health {}</label>
 <button type="submit">Filter</button></form>"#,
         select("namespace", query.namespace.as_deref(), &view.namespaces),
+        select("cluster", query.cluster.as_deref(), &view.clusters),
         select("sync", query.sync.as_deref(), &syncs),
         select("health", query.health.as_deref(), &healths),
     );
     main.push_str(
-        r#"<table id="applications"><thead><tr><th>Namespace</th><th>Name</th><th>Sync</th><th>Health</th><th>Revision</th><th>Last sync</th><th>Message</th></tr></thead><tbody>"#,
+        r#"<table id="applications"><thead><tr><th>Namespace</th><th>Name</th><th>Cluster</th><th>Sync</th><th>Health</th><th>Revision</th><th>Last sync</th><th>Message</th></tr></thead><tbody>"#,
     );
     for row in &view.items {
         let revision = match (&row.revision, &row.revision_url) {
@@ -137,9 +138,10 @@ pub fn list(view: &ListView, query: &ListQuery, viewer: &str) -> String {
         };
         let _ = write!(
             main,
-            r#"<tr data-app="{ns}/{name}"><td>{ns}</td><td><a href="/applications/{ens}/{ename}">{name}</a></td><td class="sync">{sync}</td><td class="health">{health}</td><td>{revision}</td><td>{last}</td><td class="message">{message}</td></tr>"#,
+            r#"<tr data-app="{ns}/{name}"><td>{ns}</td><td><a href="/applications/{ens}/{ename}">{name}</a></td><td class="cluster">{cluster}</td><td class="sync">{sync}</td><td class="health">{health}</td><td>{revision}</td><td>{last}</td><td class="message">{message}</td></tr>"#,
             ns = escape(&row.namespace),
             name = escape(&row.name),
+            cluster = escape(&row.cluster),
             ens = encode_component(&row.namespace),
             ename = encode_component(&row.name),
             sync = badge(&row.sync),
@@ -149,7 +151,7 @@ pub fn list(view: &ListView, query: &ListQuery, viewer: &str) -> String {
         );
     }
     if view.items.is_empty() {
-        main.push_str(r#"<tr><td colspan="7" class="empty">No Application to show.</td></tr>"#);
+        main.push_str(r#"<tr><td colspan="8" class="empty">No Application to show.</td></tr>"#);
     }
     main.push_str("</tbody></table>");
     let _ = write!(

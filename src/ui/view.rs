@@ -19,6 +19,9 @@ pub const MAX_PAGE_SIZE: usize = 500;
 pub struct ListQuery {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace: Option<String>,
+    /// The destination cluster (`in-cluster`, a registered name or URL).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sync: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -49,6 +52,7 @@ impl ListQuery {
         let mut parts = Vec::new();
         for (key, value) in [
             ("namespace", &self.namespace),
+            ("cluster", &self.cluster),
             ("sync", &self.sync),
             ("health", &self.health),
         ] {
@@ -79,6 +83,8 @@ pub struct Counts {
 pub struct Row {
     pub namespace: String,
     pub name: String,
+    /// Where it deploys: `in-cluster` or the registered cluster it names.
+    pub cluster: String,
     pub sync: String,
     pub health: String,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -102,6 +108,8 @@ pub struct ListView {
     pub pages: usize,
     /// The namespaces the viewer may read (for the filter).
     pub namespaces: Vec<String>,
+    /// The destination clusters of the Applications it may read.
+    pub clusters: Vec<String>,
     pub items: Vec<Row>,
 }
 
@@ -191,12 +199,17 @@ fn message_of(app: &Application) -> String {
         .unwrap_or_default()
 }
 
+fn cluster_of(app: &Application) -> String {
+    crate::cluster::Wanted::of(&app.spec.destination).to_string()
+}
+
 fn row(app: &Application) -> Row {
     let status = app.status.as_ref();
     let revision = status.and_then(|s| s.sync.revision.clone());
     Row {
         namespace: namespace_of(app).to_string(),
         name: name_of(app).to_string(),
+        cluster: cluster_of(app),
         sync: sync_of(app).to_string(),
         health: health_of(app).to_string(),
         revision_url: revision
@@ -218,6 +231,8 @@ pub fn list(
     query: &ListQuery,
 ) -> ListView {
     let namespace = ListQuery::wanted(&query.namespace);
+    let cluster = ListQuery::wanted(&query.cluster);
+    let mut clusters: BTreeSet<String> = BTreeSet::new();
     let sync = ListQuery::wanted(&query.sync);
     let health = ListQuery::wanted(&query.health);
     let mut namespaces: BTreeSet<&str> = BTreeSet::new();
@@ -234,6 +249,12 @@ pub fn list(
             namespaces.insert(ns);
         }
         if namespace.is_some_and(|wanted| wanted != ns) {
+            continue;
+        }
+        let app_cluster = cluster_of(app);
+        let other_cluster = cluster.is_some_and(|wanted| wanted != app_cluster);
+        clusters.insert(app_cluster);
+        if other_cluster {
             continue;
         }
         let (app_sync, app_health) = (sync_of(app), health_of(app));
@@ -256,6 +277,7 @@ pub fn list(
             .collect(),
     };
     let namespaces: Vec<String> = namespaces.into_iter().map(str::to_string).collect();
+    let clusters: Vec<String> = clusters.into_iter().collect();
     matching
         .sort_unstable_by(|a, b| (namespace_of(a), name_of(a)).cmp(&(namespace_of(b), name_of(b))));
     let per_page = query.per_page();
@@ -274,6 +296,7 @@ pub fn list(
         per_page,
         pages,
         namespaces,
+        clusters,
         items,
     }
 }
@@ -485,6 +508,29 @@ mod tests {
             vec!["one", "three", "two"],
             "sorted by namespace, name"
         );
+    }
+
+    #[test]
+    fn the_cluster_is_a_column_and_a_filter() {
+        let mut apps = fleet();
+        let mut remote = (*apps[0]).clone();
+        remote.spec.destination.name = Some("staging".into());
+        apps[0] = Arc::new(remote);
+        let view = list(&apps, &|_| true, &ListQuery::default());
+        assert_eq!(view.clusters, vec!["in-cluster", "staging"]);
+        let query = ListQuery {
+            cluster: Some("staging".into()),
+            ..Default::default()
+        };
+        let view = list(&apps, &|_| true, &query);
+        let rows: Vec<_> = view
+            .items
+            .iter()
+            .map(|r| (r.name.as_str(), r.cluster.as_str()))
+            .collect();
+        assert_eq!(rows, vec![("two", "staging")]);
+        assert_eq!(view.counts.total, 1, "counted within the cluster filter");
+        assert!(query.on_page(2).contains("cluster=staging"));
     }
 
     #[test]

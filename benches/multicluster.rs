@@ -297,11 +297,25 @@ async fn main() {
         );
     }
     let still_down = prod.client.apiserver_version().await.is_err();
+    // From the moment prod answers again (cluster.sh returns later, once it
+    // is ready for its own checks).
+    wait_for(
+        "prod's API server to return",
+        Duration::from_secs(down_seconds + 120),
+        || async {
+            prod.client
+                .apiserver_version()
+                .await
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        },
+    )
+    .await;
+    let back = Instant::now();
     let down_for = stopped.elapsed();
+    let converged = fleet.wait(&[2], &third, back).await;
     let status = stop.wait().expect("prod's API server restarted");
     assert!(status.success(), "cluster.sh restart-apiserver failed");
-    let back = Instant::now();
-    let converged = fleet.wait(&[2], &third, back).await;
     println!(
         "  | prod's Applications after it returned    | {:>7.1} s | (down {:.0} s{}) |",
         converged.as_secs_f64(),

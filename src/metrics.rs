@@ -58,6 +58,9 @@ pub struct PreviewLabels {
 pub struct KindLabels {
     pub group: String,
     pub kind: String,
+    /// The destination cluster (`in-cluster` or a registered cluster's
+    /// name: as many as clusters).
+    pub cluster: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -210,7 +213,7 @@ impl Metrics {
         let drift_corrections = Family::<KindLabels, Counter>::default();
         registry.register(
             "drift_corrections",
-            "Live objects set back to what Git holds, by kind",
+            "Live objects set back to what Git holds, by kind and destination cluster",
             drift_corrections.clone(),
         );
         let dry_runs = Family::<DryRunLabels, Counter>::default();
@@ -483,6 +486,7 @@ mod tests {
             .get_or_create(&KindLabels {
                 group: "apps".into(),
                 kind: "Deployment".into(),
+                cluster: "staging".into(),
             })
             .inc();
         let text = metrics.encode();
@@ -492,7 +496,7 @@ mod tests {
             r#"setpoint_reconcile_duration_seconds_count{namespace="team-a"} 1"#,
             r#"setpoint_app_sync_status{namespace="team-a",app="web",status="OutOfSync"} 1"#,
             r#"setpoint_app_health_status{namespace="team-a",app="web",status="Healthy"} 1"#,
-            r#"setpoint_drift_corrections_total{group="apps",kind="Deployment"} 1"#,
+            r#"setpoint_drift_corrections_total{group="apps",kind="Deployment",cluster="staging"} 1"#,
             "# TYPE setpoint_git_fetch_duration_seconds histogram",
             "# TYPE setpoint_queue_messages_ready gauge",
             "# TYPE setpoint_applications_indexed gauge",

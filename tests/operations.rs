@@ -151,7 +151,7 @@ async fn metrics_follow_a_push_a_sync_and_a_drift_correction() {
     // back, the metrics count it by kind.
     let before = sample(
         &text,
-        r#"setpoint_drift_corrections_total{group="apps",kind="Deployment"}"#,
+        r#"setpoint_drift_corrections_total{group="apps",kind="Deployment",cluster="in-cluster"}"#,
     )
     .unwrap_or(0.0);
     let scale = serde_json::json!({"spec": {"replicas": 1}});
@@ -163,7 +163,7 @@ async fn metrics_follow_a_push_a_sync_and_a_drift_correction() {
         let text = scrape(metrics_port)?;
         match sample(
             &text,
-            r#"setpoint_drift_corrections_total{group="apps",kind="Deployment"}"#,
+            r#"setpoint_drift_corrections_total{group="apps",kind="Deployment",cluster="in-cluster"}"#,
         ) {
             Some(n) if n > before => Ok(()),
             other => Err(format!("{other:?}")),

@@ -11,8 +11,13 @@ use super::apply;
 use super::plan::{Action, Cause, Plan};
 use super::status::short;
 
-/// Drift set back, by kind, for the metrics.
-pub(super) fn count_drift_corrections(ctx: &Context, plan: &Plan, applied: &[apply::Applied]) {
+/// Drift set back, by kind and cluster, for the metrics.
+pub(super) fn count_drift_corrections(
+    ctx: &Context,
+    cluster: &str,
+    plan: &Plan,
+    applied: &[apply::Applied],
+) {
     for step in &plan.steps {
         let corrected = matches!(
             step.action,
@@ -27,6 +32,7 @@ pub(super) fn count_drift_corrections(ctx: &Context, plan: &Plan, applied: &[app
                 .get_or_create(&crate::metrics::KindLabels {
                     group: step.id.group.clone(),
                     kind: step.id.kind.clone(),
+                    cluster: cluster.to_owned(),
                 })
                 .inc();
         }

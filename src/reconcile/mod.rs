@@ -742,7 +742,7 @@ async fn sync_rendered(
     };
     let (new_status, status_written) = status_write::write_status(ctx, app, report).await?;
 
-    events::count_drift_corrections(ctx, &plan, &applied);
+    events::count_drift_corrections(ctx, &cluster.name, &plan, &applied);
     events::report_events(
         events,
         &plan,

@@ -142,13 +142,21 @@ impl CommitStatuses {
             }
         })?;
         let namespace = app.namespace().unwrap_or_default();
+        // A remote destination leads the description, so that the cut to
+        // 140 characters never drops it.
+        let wanted = crate::cluster::destination::Wanted::of(&app.spec.destination);
+        let description = if wanted.is_local() {
+            description.to_owned()
+        } else {
+            format!("cluster {wanted}: {description}")
+        };
         Ok(CommitStatus {
             owner,
             repo,
             sha: sha.to_owned(),
             state,
             context: status_context(&namespace, &app.name_any()),
-            description: description.to_owned(),
+            description,
             target_url: None,
         })
     }

@@ -661,6 +661,17 @@ async fn statuses_for_an_application() {
             target_url: None,
         }
     );
+    app.spec.destination.name = Some("staging".into());
+    let status = statuses
+        .status_for(&app, SHA, State::Success, "synced")
+        .unwrap();
+    assert_eq!(status.context, "setpoint/team-a/web");
+    assert_eq!(status.description, "cluster staging: synced");
+    app.spec.destination.name = Some("in-cluster".into());
+    let status = statuses
+        .status_for(&app, SHA, State::Success, "synced")
+        .unwrap();
+    assert_eq!(status.description, "synced");
     app.spec.source.repo_url = "https://u:pw@gitlab.com/acme/deploy".into();
     let error = statuses
         .status_for(&app, SHA, State::Pending, "syncing")

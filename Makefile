@@ -180,6 +180,7 @@ bench: up clusters-up
 	$(FRESH_TEST_VHOST)
 	cargo bench --bench reconcile
 	cargo bench --bench pipeline
+	cargo bench --bench floor
 	cargo bench --bench routing
 	cargo bench --bench depends
 	cargo bench --bench ui

@@ -55,6 +55,9 @@ pub struct Inner {
     /// The Applications the process's watch holds (when it runs one): the
     /// reconcile reads its dependencies (`spec.dependsOn`) here.
     applications: OnceLock<Store<Application>>,
+    /// The `resourceVersion` of each Application's last status written by
+    /// this process: the store's copy is used only once it is that recent.
+    written: std::sync::Mutex<std::collections::HashMap<(String, String), u64>>,
     /// Pull request previews: settings, and where they are posted.
     previews: OnceLock<crate::preview::Previews>,
 }
@@ -114,6 +117,7 @@ impl Context {
             commit_statuses,
             tenancy,
             applications: OnceLock::new(),
+            written: Default::default(),
             previews: OnceLock::new(),
         })))
     }
@@ -141,6 +145,40 @@ impl Context {
         self.applications.get()
     }
 
+    /// The Application as the watch's store holds it, when that copy is at
+    /// least as recent as the last status this process wrote on it (else,
+    /// or without a store, None: read it from the API server). A worker
+    /// then reads no Application per reconcile; a copy that is stale all
+    /// the same (another process wrote since) fails its status write with a
+    /// conflict, which reads it again.
+    pub fn stored_application(&self, namespace: &str, name: &str) -> Option<Application> {
+        let store = self.applications.get()?;
+        let app = store.get(&kube::runtime::reflector::ObjectRef::new(name).within(namespace))?;
+        let held = version(app.metadata.resource_version.as_deref())?;
+        let written = self
+            .written
+            .lock()
+            .expect("written versions lock")
+            .get(&(namespace.to_string(), name.to_string()))
+            .copied();
+        written.is_none_or(|w| held >= w).then(|| (*app).clone())
+    }
+
+    /// A status write of this process made `namespace/name` this version.
+    pub fn status_written(&self, namespace: &str, name: &str, resource_version: Option<&str>) {
+        let mut written = self.written.lock().expect("written versions lock");
+        let key = (namespace.to_string(), name.to_string());
+        match version(resource_version) {
+            Some(v) => {
+                written.insert(key, v);
+            }
+            // Not a number: the store's copies cannot be compared with it.
+            None => {
+                written.insert(key, u64::MAX);
+            }
+        }
+    }
+
     /// The local cluster's client whose requests are made as `identity`
     /// (an Application's credentials Secret is read with it).
     pub fn client_for(&self, identity: &Identity) -> Client {
@@ -151,6 +189,11 @@ impl Context {
     pub fn local(&self) -> &Arc<Cluster> {
         self.clusters.local()
     }
+}
+
+/// A `resourceVersion` as the integer etcd makes it.
+fn version(resource_version: Option<&str>) -> Option<u64> {
+    resource_version?.parse().ok()
 }
 
 fn credentials_from_env() -> Option<Credentials> {

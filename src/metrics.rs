@@ -109,6 +109,7 @@ pub struct Inner {
     pub previews: Family<PreviewLabels, Counter>,
     pub preview_seconds: Histogram,
     pub cluster_reachable: Family<ClusterLabels, Gauge>,
+    pub live_objects_cached: Family<ClusterLabels, Gauge>,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -282,6 +283,12 @@ impl Metrics {
             "1 while a registered cluster answered its last probe, 0 while it does not",
             cluster_reachable.clone(),
         );
+        let live_objects_cached = Family::<ClusterLabels, Gauge>::default();
+        registry.register(
+            "live_objects_cached",
+            "Live objects held in a cluster's watch-fed cache, which the reconciles read instead of the API server; read at scrape time",
+            live_objects_cached.clone(),
+        );
         Metrics(Arc::new(Inner {
             registry,
             webhooks,
@@ -304,6 +311,7 @@ impl Metrics {
             previews,
             preview_seconds,
             cluster_reachable,
+            live_objects_cached,
         }))
     }
 
@@ -406,6 +414,8 @@ pub struct Probes {
     pub client: kube::Client,
     /// The Application index, in the roles that keep one.
     pub index: Option<Store<Application>>,
+    /// The clusters, whose live caches are counted.
+    pub clusters: Option<Arc<crate::cluster::Registry>>,
 }
 
 /// How long `/readyz` waits for the API server.
@@ -452,6 +462,19 @@ async fn metrics(probes: web::Data<Probes>) -> HttpResponse {
     }
     if let Some(index) = &probes.index {
         count(&probes.metrics.applications_indexed, index.state().len());
+    }
+    if let Some(clusters) = &probes.clusters {
+        let local = std::iter::once(clusters.local().clone());
+        let registered = clusters.clusters().into_iter().filter_map(|(_, c)| c);
+        for cluster in local.chain(registered) {
+            let labels = ClusterLabels {
+                cluster: cluster.name.clone(),
+            };
+            count(
+                &probes.metrics.live_objects_cached.get_or_create(&labels),
+                cluster.live.len(),
+            );
+        }
     }
     HttpResponse::Ok()
         .content_type("text/plain; version=0.0.4; charset=utf-8")

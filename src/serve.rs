@@ -391,6 +391,7 @@ pub async fn serve(
         queue: queue.clone(),
         client: ctx.client.clone(),
         index: needs_index.then(|| store.clone()),
+        clusters: Some(ctx.clusters.clone()),
     };
     let metrics_server = actix_web::HttpServer::new(move || {
         let probes = probes.clone();

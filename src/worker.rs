@@ -420,7 +420,12 @@ async fn reconcile_once(shared: &Shared, app: &AppKey, batch: &Slot) -> Settled 
 
 async fn reconcile_in_span(shared: &Shared, app: &AppKey, batch: &Slot) -> Settled {
     let api: Api<Application> = Api::namespaced(shared.ctx.client.clone(), &app.namespace);
-    let application = match api.get_opt(&app.name).await {
+    let stored = shared.ctx.stored_application(&app.namespace, &app.name);
+    let read = match stored {
+        Some(application) => Ok(Some(application)),
+        None => api.get_opt(&app.name).await,
+    };
+    let application = match read {
         Ok(Some(application)) => application,
         // Deleted since: nothing to do.
         Ok(None) => return Settled::Done { requeue: false },

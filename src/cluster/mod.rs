@@ -1,13 +1,15 @@
 //! Clusters: where Applications deploy to. The cluster Setpoint runs in and
 //! every cluster registered by a Secret (`secret.rs`, pure) are each one
-//! [`Cluster`]: its client, its discovery, its dry-run answers, its
-//! impersonated clients and whether it answers. The [`Registry`]
+//! [`Cluster`]: its client, its discovery, its dry-run answers, its live
+//! objects from its watches (`live_cache.rs`), its impersonated clients and
+//! whether it answers. The [`Registry`]
 //! (`registry.rs`) keeps them, from a watch of the cluster Secrets; a
 //! reconcile resolves its Application's destination to one (`destination.rs`,
 //! pure) once, at its start, and hands that down, so the steps below never
 //! pick a client themselves.
 
 pub mod destination;
+pub mod live_cache;
 pub mod registry;
 pub mod secret;
 
@@ -23,6 +25,7 @@ use crate::reconcile::kinds::Kinds;
 use crate::tenancy::{Identity, impersonating};
 
 pub use destination::{DestinationError, IN_CLUSTER, Wanted};
+pub use live_cache::LiveCache;
 pub use registry::{Change, Registry};
 pub use secret::Entry;
 
@@ -51,6 +54,8 @@ pub struct Cluster {
     pub kinds: Kinds,
     /// The server-side diff's dry-run answers, per object.
     pub dry_runs: DryRunCache,
+    /// Its live objects of the watched kinds (`live_cache.rs`).
+    pub live: LiveCache,
     /// One impersonating client per tenant identity, sharing `client`'s
     /// connections.
     impersonated: Mutex<HashMap<Identity, Client>>,
@@ -144,6 +149,7 @@ impl Cluster {
             watch_client,
             kinds: Kinds::default(),
             dry_runs: DryRunCache::default(),
+            live: LiveCache::default(),
             impersonated: Mutex::default(),
             reachability: Mutex::new(Reachability::Unknown),
             local,

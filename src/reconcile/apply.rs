@@ -8,7 +8,8 @@
 //!
 //! Before anything is written, every object whose kind already exists is sent
 //! as a server-side dry run: an object the API server rejects stops the sync
-//! with nothing changed.
+//! with nothing changed. A sync of one object needs none: its apply is all
+//! or nothing.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -220,7 +221,10 @@ pub async fn apply(
     chosen: &[usize],
     dry_run_done: &HashMap<ObjectId, Value>,
 ) -> Result<Vec<Applied>, ApplyError> {
-    dry_run(client, desired, chosen, dry_run_done).await?;
+    // One object is all or nothing by itself: its apply is its check.
+    if chosen.len() > 1 {
+        dry_run(client, desired, chosen, dry_run_done).await?;
+    }
     apply_checked(client, kinds, desired, chosen).await
 }
 

@@ -29,7 +29,7 @@ use crate::manifest::ObjectId;
 use crate::metrics::Metrics;
 use crate::reconcile::apply::{ApplyError, classify};
 use crate::reconcile::live::api_for;
-use crate::reconcile::plan::{FIELD_MANAGER, LiveState, find_live};
+use crate::reconcile::plan::{FIELD_MANAGER, LiveState, find_live, git_changed};
 use crate::reconcile::prepare::Desired;
 
 /// One answer per object: the one for its latest live version and body.
@@ -170,7 +170,10 @@ fn slim(answer: &Value) -> Value {
 }
 
 /// The dry-run answers for every desired object that is live, from the
-/// cache or from the API server (as the Application's identity). A
+/// cache or from the API server (as the Application's identity); without
+/// `git_changes`, none for an object whose Git body changed since it was
+/// applied (its plan is an update whatever the diff, and the apply that
+/// follows answers with the new object). A
 /// rejection stops the reconcile as the apply's dry run would: nothing has
 /// been written.
 pub async fn dry_run_live(
@@ -179,6 +182,7 @@ pub async fn dry_run_live(
     metrics: &Metrics,
     desired: &[Desired],
     live: &LiveState,
+    git_changes: bool,
 ) -> Result<HashMap<ObjectId, Value>, ApplyError> {
     let mut results = HashMap::new();
     for d in desired {
@@ -186,6 +190,9 @@ pub async fn dry_run_live(
         let (Some(kind), Some(live_object)) = (&d.kind, find_live(id, &live.objects)) else {
             continue;
         };
+        if !git_changes && git_changed(&d.manifest.body, live_object) {
+            continue;
+        }
         let body_hash = body_hash(&d.manifest.body);
         if let Some(result) = cache.get(id, live_object, &body_hash) {
             metrics.dry_run("cached");

@@ -429,7 +429,19 @@ async fn sync(
         git_render(ctx, app, request, &identity, &cluster, &local, revision_out).await?
     };
     let synced = sync_rendered(
-        ctx, app, request, events, started, &cluster, &client, revision, manifests, inputs,
+        ctx,
+        app,
+        request,
+        events,
+        started,
+        Target {
+            cluster: &cluster,
+            client: &client,
+            cached: identity.is_admin(),
+        },
+        revision,
+        manifests,
+        inputs,
     )
     .await;
     match synced {
@@ -489,6 +501,16 @@ async fn git_render(
     Ok((revision, manifests, inputs))
 }
 
+/// Where a sync's objects go, and as whom.
+struct Target<'a> {
+    cluster: &'a Cluster,
+    /// The destination's client as the Application's identity.
+    client: &'a kube::Client,
+    /// The identity is Setpoint's own: the cluster's live cache (read as
+    /// Setpoint) may answer its reads.
+    cached: bool,
+}
+
 /// Steps 3–8, the same whatever the source.
 #[allow(clippy::too_many_arguments)] // the steps' shared state, passed as it is
 async fn sync_rendered(
@@ -497,13 +519,18 @@ async fn sync_rendered(
     request: &Request,
     events: &Events,
     started: Instant,
-    cluster: &Cluster,
-    client: &kube::Client,
+    target: Target<'_>,
     revision: String,
     manifests: Vec<crate::manifest::Manifest>,
     inputs: Inputs,
 ) -> Result<Outcome, ReconcileError> {
+    let Target {
+        cluster, client, ..
+    } = target;
     let client = client.clone();
+    // Live state from the watches, but for a plan shown rather than
+    // applied (`setpoint diff`, previews), which reads the API server.
+    let cache = (target.cached && !request.dry_run).then_some(&cluster.live);
     let prepared = prepare::prepare(cluster.client(), &cluster.kinds, app, manifests).await?;
     // Hooks (`setpoint.dev/hook`) run only at their phase of a sync: they are
     // neither planned, nor drift, nor pruned as ordinary objects.
@@ -522,7 +549,8 @@ async fn sync_rendered(
         }
     }
     let how = live::Read::for_reconcile(request.manual);
-    let (mut live, skipped_kinds) = live::read(&client, &cluster.kinds, app, &desired, how).await?;
+    let (mut live, skipped_kinds) =
+        live::read(&client, &cluster.kinds, app, &desired, how, cache).await?;
     let live_hooks: Vec<ObjectId> = live
         .objects
         .iter()
@@ -549,8 +577,20 @@ async fn sync_rendered(
         d.manifest.body = plan::applied_body(ignore, &d.manifest.id, &d.manifest.body, live_object);
     }
     let desired_manifests: Vec<_> = desired.iter().map(|d| d.manifest.clone()).collect();
-    live.dry_runs =
-        dry_run::dry_run_live(&client, &cluster.dry_runs, &ctx.metrics, &desired, &live).await?;
+    // A Git change to an object this reconcile will apply anyway needs no
+    // dry run for the diff: the apply answers with the new object. A plan
+    // shown, or one the policy may hold back, gets the exact diff.
+    let applies_git_changes =
+        !request.dry_run && (request.manual || app.spec.sync_policy.automated.is_some());
+    live.dry_runs = dry_run::dry_run_live(
+        &client,
+        &cluster.dry_runs,
+        &ctx.metrics,
+        &desired,
+        &live,
+        !applies_git_changes,
+    )
+    .await?;
     let plan = plan::plan(&desired_manifests, &live, ignore);
     if request.dry_run {
         if request.dry_run_creates {
@@ -633,9 +673,13 @@ async fn sync_rendered(
         (applied, pruned, None)
     };
     for a in &applied {
+        cluster.live.written(&a.id, &a.live);
         if let Some(d) = desired.iter().find(|d| d.manifest.id == a.id) {
             cluster.dry_runs.applied(&a.id, &d.manifest.body, &a.live);
         }
+    }
+    for id in &pruned {
+        cluster.live.deleted(id);
     }
     if applied
         .iter()

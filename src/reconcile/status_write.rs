@@ -60,7 +60,11 @@ pub(super) async fn write_status(
             )
             .await;
         match written {
-            Ok(_) => return Ok((status, true)),
+            Ok(answer) => {
+                let namespace = app.metadata.namespace.as_deref().unwrap_or("default");
+                ctx.status_written(namespace, name, answer.metadata.resource_version.as_deref());
+                return Ok((status, true));
+            }
             Err(kube::Error::Api(s)) if s.code == 409 && attempt < STATUS_WRITE_ATTEMPTS => {
                 attempt += 1;
                 tracing::debug!(

@@ -230,8 +230,7 @@ fn decide(manifest: &Manifest, live: &LiveState, ignore: &[IgnoreDifferences]) -
         Some(dry_run) => drift(manifest, dry_run, live_object, ignore),
         None => Vec::new(),
     };
-    let live_hash = manifest_hash(live_object);
-    if live_hash.is_none() || live_hash != manifest_hash(&manifest.body) {
+    if git_changed(&manifest.body, live_object) {
         Action::Update {
             cause: Cause::GitChanged,
             drift,
@@ -325,6 +324,13 @@ pub fn find_live<'a>(id: &ObjectId, objects: &'a HashMap<ObjectId, Value>) -> Op
         .filter(|(key, _)| key.same_object(id))
         .min_by_key(|(key, _)| *key)
         .map(|(_, v)| v)
+}
+
+/// Whether Git's `body` for an object differs from what was last applied
+/// to `live` (its hash annotation), so that its plan is an update.
+pub fn git_changed(body: &Value, live: &Value) -> bool {
+    let live_hash = manifest_hash(live);
+    live_hash.is_none() || live_hash != manifest_hash(body)
 }
 
 fn manifest_hash(object: &Value) -> Option<&str> {

@@ -34,6 +34,7 @@ use tokio::task::JoinHandle;
 
 use super::AppReflector;
 use crate::api::{Application, Health};
+use crate::cluster::live_cache::Gvk;
 use crate::cluster::{Change, Cluster, Registry, Wanted};
 use crate::event::{AppKey, Cause, Event};
 use crate::ingest::dependents::{Dependents, Due};
@@ -42,6 +43,12 @@ use crate::reconcile::depends;
 use crate::reconcile::health::assess;
 use crate::reconcile::plan::FIELD_MANAGER;
 use crate::reconcile::prepare::{APP_ANNOTATION, APP_LABEL};
+
+mod objects;
+mod retry;
+
+use objects::*;
+use retry::*;
 
 /// The namespaces whose Applications this process handles.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -518,7 +525,7 @@ impl KindWatches {
             };
             tracing::info!(%target, "starting watch");
             let task = tokio::spawn(watch_kind(
-                cluster.watch_client().clone(),
+                cluster.clone(),
                 target.clone(),
                 queue.clone(),
                 store.clone(),
@@ -527,331 +534,6 @@ impl KindWatches {
             self.running.insert(target, (task, cluster));
         }
     }
-}
-
-/// The pauses of one watch after failures. Short and capped low: the
-/// watches are few (one per kind in use), and an API server back from a
-/// restart must be watched again within seconds. kube's default backoff
-/// (0.8 s doubling to 30 s, reset only by an event, which a quiet kind may
-/// not have) left scales uncorrected for tens of seconds after each restart.
-/// A refusal (403, or a kind the API server does not serve) is retried
-/// slowly and warned about once: it lasts until someone changes RBAC or
-/// installs a CRD, and the sweep still corrects what it hides.
-#[derive(Debug, Default)]
-struct Retry {
-    failures: u32,
-    warned_at: Option<Instant>,
-    refusal_warned: bool,
-}
-
-/// What to do after one failure.
-#[derive(Debug, PartialEq)]
-struct Pause {
-    delay: Duration,
-    /// Log it as a warning (else debug): the first failure of a run of them,
-    /// at most one a minute, and a refusal only once.
-    warn: bool,
-}
-
-impl Retry {
-    const FIRST: Duration = Duration::from_millis(250);
-    const MAX: Duration = Duration::from_secs(2);
-    const REFUSED: Duration = Duration::from_secs(300);
-    const WARN_EVERY: Duration = Duration::from_secs(60);
-
-    fn next(&mut self, refused: bool, now: Instant) -> Pause {
-        self.failures = self.failures.saturating_add(1);
-        if refused {
-            let warn = !self.refusal_warned;
-            self.refusal_warned = true;
-            return Pause {
-                delay: Self::REFUSED,
-                warn,
-            };
-        }
-        let warn = self
-            .warned_at
-            .is_none_or(|at| now.duration_since(at) >= Self::WARN_EVERY);
-        if warn {
-            self.warned_at = Some(now);
-        }
-        let doubled = Self::FIRST.saturating_mul(1 << (self.failures - 1).min(16));
-        Pause {
-            delay: doubled.min(Self::MAX).mul_f64(jitter()),
-            warn,
-        }
-    }
-
-    /// An event came through: the next failure starts short again.
-    fn reset(&mut self) {
-        self.failures = 0;
-        self.warned_at = None;
-        self.refusal_warned = false;
-    }
-}
-
-/// A factor in [0.5, 1], so that watches failing together do not all retry
-/// at the same instant.
-fn jitter() -> f64 {
-    use std::hash::{BuildHasher, RandomState};
-    let random = RandomState::new().hash_one(Instant::now());
-    0.5 + (random % 1001) as f64 / 2000.0
-}
-
-/// A failure that retrying soon will not cure.
-fn refused(error: &watcher::Error) -> bool {
-    match error {
-        watcher::Error::InitialListFailed(error)
-        | watcher::Error::WatchStartFailed(error)
-        | watcher::Error::WatchFailed(error) => api_refused(error),
-        watcher::Error::WatchError(status) => matches!(status.code, 403 | 404),
-        watcher::Error::NoResourceVersion => false,
-    }
-}
-
-fn api_refused(error: &kube::Error) -> bool {
-    match error {
-        kube::Error::Api(status) => matches!(status.code, 403 | 404),
-        kube::Error::Discovery(_) => true,
-        _ => false,
-    }
-}
-
-/// What the watch remembers of one object to tell a real change from a replay.
-#[derive(Clone, PartialEq, Eq)]
-struct Seen {
-    owner: AppKey,
-    signature: Signature,
-    health: Health,
-}
-
-type ObjectKey = (Option<String>, String);
-
-async fn watch_kind(
-    client: Client,
-    target: Target,
-    queue: Arc<dyn Queue>,
-    store: Store<Application>,
-    scope: Scope,
-) {
-    let gvk = GroupVersionKind::gvk(&target.group, &target.version, &target.kind);
-    let mut retry = Retry::default();
-    // `ApiResource::from_gvk` guesses the plural; discovery knows it. The
-    // API server may be down now: ask again until it answers.
-    let (resource, kind_scope) = loop {
-        match kube::discovery::pinned_kind(&client, &gvk).await {
-            Ok((resource, capabilities)) => break (resource, capabilities.scope),
-            Err(error) => {
-                let pause = retry.next(api_refused(&error), Instant::now());
-                if pause.warn {
-                    tracing::warn!(%target, %error, retry_in = ?pause.delay, "cannot discover a kind to watch");
-                }
-                tokio::time::sleep(pause.delay).await;
-            }
-        }
-    };
-    retry.reset();
-    let api: Api<DynamicObject> = match (&target.namespace, kind_scope) {
-        (Some(namespace), kube::discovery::Scope::Namespaced) => {
-            Api::namespaced_with(client, namespace, &resource)
-        }
-        _ => Api::all_with(client, &resource),
-    };
-    let stream = watcher::watcher(api, watch_config().labels(APP_LABEL));
-    futures::pin_mut!(stream);
-    let mut seen: HashMap<ObjectKey, Seen> = HashMap::new();
-    // During a (re)list: the objects it returned so far.
-    let mut listed: Option<BTreeSet<ObjectKey>> = None;
-    while let Some(event) = stream.next().await {
-        let event = match event {
-            Ok(event) => {
-                retry.reset();
-                event
-            }
-            Err(error) => {
-                let refusal = refused(&error);
-                let pause = retry.next(refusal, Instant::now());
-                if pause.warn && refusal {
-                    tracing::warn!(%target, %error, retry_in = ?pause.delay, "cannot watch; drift of these objects waits for the sweep");
-                } else if pause.warn {
-                    tracing::warn!(%target, %error, retry_in = ?pause.delay, "watch interrupted; resuming");
-                } else {
-                    tracing::debug!(%target, %error, retry_in = ?pause.delay, "watch interrupted; resuming");
-                }
-                tokio::time::sleep(pause.delay).await;
-                continue;
-            }
-        };
-        let drift = match event {
-            WatchEvent::Init => {
-                listed = Some(BTreeSet::new());
-                Vec::new()
-            }
-            WatchEvent::InitApply(object) => {
-                if let Some(listed) = listed.as_mut() {
-                    listed.insert((object.namespace(), object.name_any()));
-                }
-                applied(&mut seen, &resource, &scope, &object, Some(&store))
-                    .into_iter()
-                    .collect()
-            }
-            WatchEvent::Apply(object) => applied(&mut seen, &resource, &scope, &object, None)
-                .into_iter()
-                .collect(),
-            // A relist after the watch fell too far behind (410 Gone, as
-            // after an API server restart) sends no deletes: what it no
-            // longer returns was deleted meanwhile.
-            WatchEvent::InitDone => {
-                let listed = listed.take().unwrap_or_default();
-                gone_from_listing(&mut seen, &listed)
-                    .into_iter()
-                    .map(|(key, before)| {
-                        let object = format!("{} {} (deleted)", resource.kind, key.1);
-                        (before.owner, object, "deleted")
-                    })
-                    .collect()
-            }
-            WatchEvent::Delete(object) => {
-                seen.remove(&(object.namespace(), object.name_any()));
-                owner(&object)
-                    .filter(|o| scope.contains(&o.namespace))
-                    .map(|owner| {
-                        let object = format!("{} {} (deleted)", resource.kind, object.name_any());
-                        (owner, object, "deleted")
-                    })
-                    .into_iter()
-                    .collect()
-            }
-        };
-        for (owner, object, why) in drift {
-            tracing::debug!(app = %owner, %object, why, "enqueue");
-            publish(&queue, Event::drift(owner, object)).await;
-        }
-    }
-}
-
-/// The objects seen before that a (re)list did not return, forgotten.
-fn gone_from_listing(
-    seen: &mut HashMap<ObjectKey, Seen>,
-    listed: &BTreeSet<ObjectKey>,
-) -> Vec<(ObjectKey, Seen)> {
-    let gone: Vec<ObjectKey> = seen
-        .keys()
-        .filter(|key| !listed.contains(*key))
-        .cloned()
-        .collect();
-    gone.into_iter()
-        .filter_map(|key| seen.remove(&key).map(|before| (key, before)))
-        .collect()
-}
-
-/// An object added or changed: remembered, and returned as drift of its
-/// Application when someone else changed it or its health changed. An
-/// object a listing shows for the first time has no earlier sighting: with
-/// `statuses`, its health is compared with the one its Application's status
-/// recorded (a watch of a kind starts after the reconcile that first applied
-/// it, so a Deployment can turn ready before the watch's first listing).
-fn applied(
-    seen: &mut HashMap<ObjectKey, Seen>,
-    resource: &ApiResource,
-    scope: &Scope,
-    object: &DynamicObject,
-    statuses: Option<&Store<Application>>,
-) -> Option<(AppKey, String, &'static str)> {
-    let owner = owner(object).filter(|o| scope.contains(&o.namespace))?;
-    let value = serde_json::to_value(object).unwrap_or(Value::Null);
-    let now = Seen {
-        owner: owner.clone(),
-        signature: signature(&value),
-        health: assess(&resource.group, &resource.kind, &value).status,
-    };
-    let why = match seen.insert((object.namespace(), object.name_any()), now.clone()) {
-        Some(before) if before.health != now.health => "health changed",
-        Some(before) if before.signature != now.signature && changed_by_others(&value) => {
-            "changed outside Setpoint"
-        }
-        Some(_) => return None,
-        None if statuses
-            .and_then(|store| recorded_health(store, &owner, resource, object))
-            .is_some_and(|recorded| recorded != now.health) =>
-        {
-            "health changed"
-        }
-        None => return None,
-    };
-    Some((
-        owner,
-        format!("{} {}", resource.kind, object.name_any()),
-        why,
-    ))
-}
-
-/// The health `owner`'s status recorded for `object`.
-fn recorded_health(
-    statuses: &Store<Application>,
-    owner: &AppKey,
-    resource: &ApiResource,
-    object: &DynamicObject,
-) -> Option<Health> {
-    let app = statuses.get(&reflector::ObjectRef::new(&owner.name).within(&owner.namespace))?;
-    let recorded = app.status.as_ref()?.resources.iter().find(|r| {
-        r.group == resource.group
-            && r.kind == resource.kind
-            && r.namespace == object.namespace()
-            && r.name == object.name_any()
-    })?;
-    Some(recorded.health)
-}
-
-fn owner(object: &DynamicObject) -> Option<AppKey> {
-    object
-        .annotations()
-        .get(APP_ANNOTATION)
-        .and_then(|owner| AppKey::parse(owner))
-}
-
-/// A digest of what [`signature`] covers: 16 bytes per watched object
-/// instead of its labels and annotations as text (a few hundred bytes each,
-/// 40,000 objects at 10,000 Applications).
-type Signature = [u8; 16];
-
-/// What changes when someone edits an object, but not when a controller
-/// writes its status: the generation (or, for kinds without one, the
-/// resource version), labels and annotations.
-fn signature(object: &Value) -> Signature {
-    let metadata = &object["metadata"];
-    let version = match &metadata["generation"] {
-        Value::Null => metadata["resourceVersion"].to_string(),
-        generation => generation.to_string(),
-    };
-    let text = format!(
-        "{version}|{}|{}",
-        metadata["labels"], metadata["annotations"]
-    );
-    let digest = Sha256::digest(text.as_bytes());
-    let mut signature = Signature::default();
-    signature.copy_from_slice(&digest[..16]);
-    signature
-}
-
-/// Whether the newest write recorded in `managedFields` (status writes
-/// aside) came from someone other than Setpoint. Ties count as someone else:
-/// at worst one reconcile too many, never a missed change.
-fn changed_by_others(object: &Value) -> bool {
-    let Some(entries) = object["metadata"]["managedFields"].as_array() else {
-        return true;
-    };
-    let writes: Vec<(&str, &str)> = entries
-        .iter()
-        .filter(|e| e["subresource"].as_str() != Some("status"))
-        .filter_map(|e| Some((e["manager"].as_str()?, e["time"].as_str().unwrap_or(""))))
-        .collect();
-    let Some(newest) = writes.iter().map(|(_, time)| *time).max() else {
-        return true;
-    };
-    writes
-        .iter()
-        .any(|(manager, time)| *time == newest && *manager != FIELD_MANAGER)
 }
 
 async fn publish(queue: &Arc<dyn Queue>, event: Event) {
@@ -1000,12 +682,20 @@ mod tests {
         };
         let first_listing = |object: &DynamicObject| {
             let mut seen = HashMap::new();
+            let value = serde_json::to_value(object).unwrap();
             assert_eq!(
-                applied(&mut seen, &resource, &scope, object, None),
+                applied(&mut seen, &resource, &scope, object, &value, None),
                 None,
                 "without statuses a first sighting is no change"
             );
-            applied(&mut HashMap::new(), &resource, &scope, object, Some(&store))
+            applied(
+                &mut HashMap::new(),
+                &resource,
+                &scope,
+                object,
+                &value,
+                Some(&store),
+            )
         };
         let ready = json!({"observedGeneration": 1, "replicas": 1, "updatedReplicas": 1,
                            "readyReplicas": 1, "availableReplicas": 1});

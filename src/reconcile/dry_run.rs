@@ -3,12 +3,16 @@
 //! `dryRun=All`); the API server answers with the object as it would be
 //! after the apply, which `plan` compares with the live one.
 //!
-//! The answers are cached per object, keyed by the live `resourceVersion`
-//! and a hash of the applied body: as long as neither the cluster's copy nor
-//! Git's changed, the answer cannot either (short of a change of the kind's
-//! schema or of an admission webhook, which the next write of the object
-//! picks up). So a reconcile of an in-sync Application whose objects did not
-//! move sends no dry run at all.
+//! The answers are cached per object, keyed by the live object's version
+//! ([`version_key`]) and a hash of the applied body: as long as neither the
+//! cluster's copy nor Git's changed, the answer cannot either (short of a
+//! change of the kind's schema or of an admission webhook, which the next
+//! write of the object picks up). So a reconcile of an in-sync Application
+//! whose objects did not move sends no dry run at all. For an object with a
+//! `generation`, its version is that and the metadata Setpoint's apply sets:
+//! a controller's status writes (a Deployment rolling out) and other
+//! managers' annotations (its revision) move the `resourceVersion` but
+//! cannot change what Setpoint's fields would be after an apply.
 //!
 //! An answer that is the live object itself (Setpoint's fields and its
 //! managedFields entry as they are: the object is in sync) is held as a
@@ -73,7 +77,7 @@ impl DryRunCache {
 
     /// The answer for `id` at `live`'s version and Git's `body_hash`.
     fn get(&self, id: &ObjectId, live: &Value, body_hash: &[u8; 32]) -> Option<Value> {
-        let resource_version = resource_version(live);
+        let resource_version = version_key(live);
         let cache = self.entries.lock().expect("dry-run cache lock");
         let cached = cache
             .get(id)
@@ -94,7 +98,7 @@ impl DryRunCache {
                 Err(_) => return,
             }
         };
-        let resource_version = resource_version(live).to_string();
+        let resource_version = version_key(live);
         let mut cache = self.entries.lock().expect("dry-run cache lock");
         if cache.len() >= self.max_objects && !cache.contains_key(id) {
             let evicted = cache.keys().next().cloned();
@@ -140,6 +144,44 @@ fn resource_version(object: &Value) -> &str {
         .pointer("/metadata/resourceVersion")
         .and_then(Value::as_str)
         .unwrap_or_default()
+}
+
+/// What a dry-run answer depends on of the live object. With a
+/// `generation` (which every change to the spec moves): that, and a digest
+/// of the metadata less its `resourceVersion`, its `managedFields` and the
+/// labels and annotations that Setpoint's own entry does not own. Without
+/// one (a ConfigMap: any change is to what Setpoint may own): the
+/// `resourceVersion`.
+fn version_key(object: &Value) -> String {
+    let Some(metadata) = object.get("metadata").and_then(Value::as_object) else {
+        return String::new();
+    };
+    let Some(generation) = metadata.get("generation").and_then(Value::as_i64) else {
+        return resource_version(object).to_string();
+    };
+    let owned = metadata
+        .get("managedFields")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .find(|e| e.get("manager").and_then(Value::as_str) == Some(FIELD_MANAGER))
+        .and_then(|e| e.pointer("/fieldsV1/f:metadata"));
+    let mut kept = metadata.clone();
+    kept.remove("resourceVersion");
+    kept.remove("managedFields");
+    for map in ["labels", "annotations"] {
+        let owns = |key: &str| {
+            owned
+                .and_then(|o| o.get(format!("f:{map}")))
+                .is_some_and(|keys| keys.get(format!("f:{key}")).is_some())
+        };
+        if let Some(entries) = kept.get_mut(map).and_then(Value::as_object_mut) {
+            entries.retain(|key, _| owns(key));
+        }
+    }
+    let digest = Sha256::digest(Value::Object(kept).to_string().as_bytes());
+    let hex: String = digest[..12].iter().map(|b| format!("{b:02x}")).collect();
+    format!("g{generation}:{hex}")
 }
 
 /// What `plan` reads of an answer: Setpoint's own managedFields entry and
@@ -333,6 +375,35 @@ mod tests {
         });
         cache.put(&id("crd"), &at("1"), [1; 32], &owned);
         assert_eq!(cache.get(&id("crd"), &at("1"), &[1; 32]), Some(owned));
+    }
+
+    #[test]
+    fn a_status_write_or_another_managers_annotation_keeps_the_answer_and_a_spec_change_does_not() {
+        let cache = DryRunCache::default();
+        let live = json!({
+            "metadata": {"name": "web", "resourceVersion": "7", "generation": 2,
+                "annotations": {"setpoint.dev/app": "team-a/web"},
+                "managedFields": [{"manager": "setpoint", "operation": "Apply",
+                    "fieldsV1": {"f:metadata": {"f:annotations": {"f:setpoint.dev/app": {}}},
+                                 "f:spec": {"f:replicas": {}}}}]},
+            "spec": {"replicas": 5}
+        });
+        cache.applied(&id("web"), &json!({"b": 1}), &live);
+        let hash = body_hash(&json!({"b": 1}));
+        // The controller rolled it out: its status and revision annotation.
+        let mut rolled = live.clone();
+        rolled["metadata"]["resourceVersion"] = json!("8");
+        rolled["metadata"]["annotations"]["deployment.kubernetes.io/revision"] = json!("2");
+        rolled["status"] = json!({"observedGeneration": 2});
+        assert!(cache.get(&id("web"), &rolled, &hash).is_some());
+        // Someone scaled it (the generation moved), or changed Setpoint's
+        // annotation.
+        let mut scaled = rolled.clone();
+        scaled["metadata"]["generation"] = json!(3);
+        assert_eq!(cache.get(&id("web"), &scaled, &hash), None);
+        let mut annotated = rolled.clone();
+        annotated["metadata"]["annotations"]["setpoint.dev/app"] = json!("team-b/web");
+        assert_eq!(cache.get(&id("web"), &annotated, &hash), None);
     }
 
     #[test]

@@ -52,7 +52,10 @@ use support::{GitRepo, TestNamespace, amqp_prefix, amqp_url, kube_client, wait_f
 
 const SECRET: &str = "bench-secret";
 const IN_FLIGHT: usize = 64;
-const CONCURRENCY: &str = "16";
+/// Setpoint's `--concurrency`: `SETPOINT_BENCH_CONCURRENCY`, default 16 (its default).
+fn concurrency() -> String {
+    std::env::var("SETPOINT_BENCH_CONCURRENCY").unwrap_or_else(|_| "16".into())
+}
 const DEADLINE: Duration = Duration::from_secs(3600);
 
 /// App `app`'s files, the MTTP shape of benches/pipeline.rs (`mttp_objects`),
@@ -295,6 +298,9 @@ struct Phase {
     /// What the side itself counts it sent (the floor its calls, Setpoint
     /// `setpoint_api_requests_total`: read, write, dry_run).
     own: [f64; 3],
+    /// Setpoint's reconciles in the phase and their summed seconds
+    /// (`setpoint_reconcile_duration_seconds`); none for the floor.
+    reconciles: [f64; 2],
 }
 
 /// Creates `size` Applications in `ns`, `IN_FLIGHT` at a time; how long it took.
@@ -379,6 +385,7 @@ async fn floor(
         took,
         requests: &settled - &before,
         own: [0.0, (size + applies) as f64, 0.0],
+        reconciles: [0.0; 2],
     };
     println!(
         "  floor: Applications created in {:.2} s, first sync {:.2} s",
@@ -397,6 +404,7 @@ async fn floor(
         took,
         requests: &Requests::scrape(client).await - &settled,
         own: [0.0, applies as f64, 0.0],
+        reconciles: [0.0; 2],
     };
     println!(
         "  floor: every Deployment changed in {:.2} s",
@@ -414,6 +422,18 @@ fn own_requests(metrics_port: u16) -> [f64; 3] {
             &format!(r#"setpoint_api_requests_total{{kind="{kind}"}}"#),
         )
         .unwrap_or(0.0)
+    })
+}
+
+/// Setpoint's reconciles so far and their summed seconds.
+fn reconciles(metrics_port: u16) -> [f64; 2] {
+    let metrics = scrape(metrics_port).expect("setpoint's metrics");
+    ["count", "sum"].map(|what| {
+        metrics
+            .lines()
+            .filter(|l| l.starts_with(&format!("setpoint_reconcile_duration_seconds_{what}")))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
     })
 }
 
@@ -437,6 +457,10 @@ async fn setpoint(
     let metrics_port = free_port();
     let metrics = format!("127.0.0.1:{metrics_port}");
     let url = amqp_url();
+    let concurrency = concurrency();
+    // SETPOINT_BENCH_LOG=info (say) keeps Setpoint's log at that level, in
+    // a directory that is left behind and named at the end.
+    let log = std::env::var("SETPOINT_BENCH_LOG").unwrap_or_else(|_| "warn".into());
     let args = [
         "run",
         "--listen",
@@ -447,11 +471,11 @@ async fn setpoint(
         "--github-secret",
         SECRET,
         "--concurrency",
-        CONCURRENCY,
+        &concurrency,
     ];
     let env = [
         ("SETPOINT_AMQP_URL", url.as_str()),
-        ("SETPOINT_LOG", "warn"),
+        ("SETPOINT_LOG", log.as_str()),
         ("SETPOINT_METRICS_LISTEN", metrics.as_str()),
     ];
     let mut process = Setpoint::scoped(&ns.name, &args, &env, cache.path());
@@ -481,6 +505,7 @@ async fn setpoint(
 
     let before = Requests::scrape(client).await;
     let own_before = own_requests(metrics_port);
+    let reconciles_before = reconciles(metrics_port);
     let started = Instant::now();
     let creates = create_apps(ns, size, &repo.url()).await;
     wait_for("Setpoint's first sync", DEADLINE, || async {
@@ -499,10 +524,15 @@ async fn setpoint(
     .await;
     let at_first = Requests::scrape(client).await;
     let own_first = own_requests(metrics_port);
+    let reconciles_first = reconciles(metrics_port);
     let first = Phase {
         took,
         requests: &at_first - &before,
         own: minus(own_first, own_before),
+        reconciles: [
+            reconciles_first[0] - reconciles_before[0],
+            reconciles_first[1] - reconciles_before[1],
+        ],
     };
 
     for app in 0..size {
@@ -540,9 +570,16 @@ async fn setpoint(
         took,
         requests: &Requests::scrape(client).await - &at_first,
         own: minus(own_requests(metrics_port), own_first),
+        reconciles: {
+            let now = reconciles(metrics_port);
+            [now[0] - reconciles_first[0], now[1] - reconciles_first[1]]
+        },
     };
     let peak = peak_memory_mib(process.child.id());
     drop(process);
+    if std::env::var_os("SETPOINT_BENCH_LOG").is_some() {
+        println!("  Setpoint's log is under {}", cache.keep().display());
+    }
     let queue = setpoint::queue::amqp::AmqpQueue::connect(setpoint::queue::amqp::AmqpSettings {
         url: amqp_url(),
         prefix,
@@ -649,6 +686,18 @@ fn report(size: usize, floor: &(Duration, Phase, Phase), setpoint: &(Duration, P
         own(setpoint_first),
         own(setpoint_change)
     );
+    let reconciled = |p: &Phase| {
+        format!(
+            "{:.2} per app, {:.0} ms each on average",
+            per_app(p.reconciles[0]),
+            1000.0 * p.reconciles[1] / p.reconciles[0].max(1.0)
+        )
+    };
+    println!(
+        "  Setpoint's reconciles (until settled): first sync {}; change {}",
+        reconciled(setpoint_first),
+        reconciled(setpoint_change)
+    );
     println!("  peak RSS of setpoint run: {peak:.0} MiB");
 
     println!("  requests/app by verb (API server's count):");
@@ -703,7 +752,8 @@ async fn main() {
         .filter_map(|s| s.trim().parse().ok())
         .collect();
     println!(
-        "floor benchmark (bare client vs setpoint run on RabbitMQ, local control plane, {IN_FLIGHT} requests in flight for the floor, Setpoint --concurrency {CONCURRENCY})"
+        "floor benchmark (bare client vs setpoint run on RabbitMQ, local control plane, {IN_FLIGHT} requests in flight for the floor, Setpoint --concurrency {})",
+        concurrency()
     );
     for size in sizes {
         let repo = GitRepo::new();

@@ -98,6 +98,8 @@ struct ScopeState {
 struct Stored {
     resource_version: String,
     json: Box<[u8]>,
+    /// Held from the answer to Setpoint's own apply (not yet from a watch).
+    written: bool,
 }
 
 impl KindCache {
@@ -113,7 +115,7 @@ impl KindCache {
     }
 
     /// Holds `object` unless what is held is newer; false when it was not.
-    fn put(&mut self, key: Key, object: &Value) -> bool {
+    fn put(&mut self, key: Key, object: &Value, written: bool) -> bool {
         let resource_version = object
             .pointer("/metadata/resourceVersion")
             .and_then(Value::as_str)
@@ -131,6 +133,7 @@ impl KindCache {
             Stored {
                 resource_version: resource_version.to_string(),
                 json: json.into_boxed_slice(),
+                written,
             },
         );
         true
@@ -245,7 +248,7 @@ impl LiveCache {
             return;
         };
         let key = (id.namespace.clone(), id.name.clone());
-        if kind.put(key.clone(), object) {
+        if kind.put(key.clone(), object, true) {
             for (scope, state) in kind.scopes.iter_mut() {
                 if let Some((_, written)) = state.listing.as_mut()
                     && KindCache::in_scope(scope, &key)
@@ -278,9 +281,13 @@ impl LiveCache {
         state.listing = Some(Default::default());
     }
 
-    /// An object a watch saw (listed or changed).
-    pub fn seen(&self, gvk: &Gvk, object: &Value) {
-        let Some(key) = key_of(object) else { return };
+    /// An object a watch saw (listed or changed). True when it is the very
+    /// version Setpoint's own apply answered (the same resource version):
+    /// the reconcile that wrote it reports what it is.
+    pub fn seen(&self, gvk: &Gvk, object: &Value) -> bool {
+        let Some(key) = key_of(object) else {
+            return false;
+        };
         let mut object = object.clone();
         object["apiVersion"] = Value::String(gvk.api_version());
         object["kind"] = Value::String(gvk.kind.clone());
@@ -293,7 +300,15 @@ impl LiveCache {
                 listed.insert(key.clone());
             }
         }
-        kind.put(key, &object);
+        let own = kind.objects.get(&key).is_some_and(|held| {
+            held.written
+                && Some(held.resource_version.as_str())
+                    == object
+                        .pointer("/metadata/resourceVersion")
+                        .and_then(Value::as_str)
+        });
+        kind.put(key, &object, false);
+        own
     }
 
     /// An object a watch saw deleted (or no longer labelled).
@@ -486,6 +501,30 @@ mod tests {
         assert_eq!(replicas(cache.get(&id("a", "web"))), Some(1));
         cache.gone(&deployments(), &object("a", "web", "11", 1));
         assert_eq!(cache.get(&id("a", "web")), Lookup::Absent);
+    }
+
+    #[test]
+    fn the_watch_tells_setpoints_own_write_from_a_later_one() {
+        let cache = LiveCache::default();
+        synced(&cache, None, &[object("a", "web", "5", 1)]);
+        assert!(
+            !cache.seen(&deployments(), &object("a", "web", "6", 1)),
+            "someone else's"
+        );
+        cache.written(&id("a", "web"), &object("a", "web", "9", 5));
+        assert!(
+            cache.seen(&deployments(), &object("a", "web", "9", 5)),
+            "the apply's own answer"
+        );
+        assert!(
+            !cache.seen(&deployments(), &object("a", "web", "9", 5)),
+            "only once"
+        );
+        cache.written(&id("a", "web"), &object("a", "web", "12", 4));
+        assert!(
+            !cache.seen(&deployments(), &object("a", "web", "13", 4)),
+            "the controller's, after it"
+        );
     }
 
     #[test]

@@ -14,6 +14,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use futures::StreamExt;
 use kube::Client;
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions, PropagationPolicy};
 use serde_json::Value;
@@ -247,35 +248,46 @@ pub async fn dry_run(
     dry_run_done: &HashMap<ObjectId, Value>,
 ) -> Result<(), ApplyError> {
     let order = apply_order(desired, chosen);
+    let mut checks = Vec::new();
     for &i in &order {
         let d = &desired[i];
-        let Some(kind) = &d.kind else { continue };
-        let id = &d.manifest.id;
-        if dry_run_done.contains_key(id) {
+        let Some(kind) = d.kind.as_ref() else {
             continue;
-        }
-        // An object in a namespace this same sync creates cannot be dry-run yet.
-        if id
-            .namespace
-            .as_ref()
-            .is_some_and(|ns| namespace_in(desired, chosen, ns))
+        };
+        let id = &d.manifest.id;
+        // Already dry-run, or in a namespace this same sync creates (which
+        // cannot be dry-run yet).
+        if dry_run_done.contains_key(id)
+            || id
+                .namespace
+                .as_ref()
+                .is_some_and(|ns| namespace_in(desired, chosen, ns))
         {
             continue;
         }
         let api = api_for(client, &kind.resource, id.namespace.as_deref());
-        if let Err(source) = api
-            .patch(
+        checks.push(async move {
+            api.patch(
                 &id.name,
                 &apply_params(true),
                 &Patch::Apply(&d.manifest.body),
             )
             .await
-        {
-            return Err(classify(id, source));
-        }
+            .map(drop)
+            .map_err(|source| classify(id, source))
+        });
     }
-    Ok(())
+    // Nothing is written by a dry run, so they all go at once (a few in
+    // flight); the first refusal in the apply order is the one reported.
+    let answers: Vec<Result<(), ApplyError>> = futures::stream::iter(checks)
+        .buffered(DRY_RUNS_IN_FLIGHT)
+        .collect()
+        .await;
+    answers.into_iter().collect()
 }
+
+/// Dry runs of one sync in flight at once.
+const DRY_RUNS_IN_FLIGHT: usize = 8;
 
 /// Applies `chosen` in the kind order, after [`dry_run`] passed for them
 /// (sync waves apply a sync's objects a wave at a time, after one dry run of

@@ -159,24 +159,14 @@ fn version_key(object: &Value) -> String {
     let Some(generation) = metadata.get("generation").and_then(Value::as_i64) else {
         return resource_version(object).to_string();
     };
-    let owned = metadata
-        .get("managedFields")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .find(|e| e.get("manager").and_then(Value::as_str) == Some(FIELD_MANAGER))
-        .and_then(|e| e.pointer("/fieldsV1/f:metadata"));
     let mut kept = metadata.clone();
     kept.remove("resourceVersion");
     kept.remove("managedFields");
-    for map in ["labels", "annotations"] {
-        let owns = |key: &str| {
-            owned
-                .and_then(|o| o.get(format!("f:{map}")))
-                .is_some_and(|keys| keys.get(format!("f:{key}")).is_some())
-        };
-        if let Some(entries) = kept.get_mut(map).and_then(Value::as_object_mut) {
-            entries.retain(|key, _| owns(key));
+    let [labels, annotations] =
+        crate::reconcile::ownership::setpoint_labels_and_annotations(metadata).unwrap_or_default();
+    for (map, entries) in [("labels", labels), ("annotations", annotations)] {
+        if kept.contains_key(map) {
+            kept.insert(map.into(), Value::Object(entries));
         }
     }
     let digest = Sha256::digest(Value::Object(kept).to_string().as_bytes());

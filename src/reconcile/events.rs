@@ -48,14 +48,13 @@ pub(super) struct Synced<'a> {
     pub cluster: Option<&'a str>,
 }
 
-pub(super) async fn report_events(
+/// DriftCorrected, Pruned and Synced: what this reconcile changed.
+pub(super) async fn report_applied(
     events: &Events,
     plan: &Plan,
     applied: &[apply::Applied],
     pruned: &[ObjectId],
     synced: Synced<'_>,
-    previous: Option<&ApplicationStatus>,
-    status: &ApplicationStatus,
 ) {
     for step in &plan.steps {
         if !applied.iter().any(|a| a.id == step.id) {
@@ -121,6 +120,15 @@ pub(super) async fn report_events(
             )
             .await;
     }
+}
+
+/// DriftDetected: an Application that was Synced and is OutOfSync now
+/// (its status as written).
+pub(super) async fn report_drift_detected(
+    events: &Events,
+    previous: Option<&ApplicationStatus>,
+    status: &ApplicationStatus,
+) {
     let was_synced = previous.is_some_and(|s| s.sync.status == Sync::Synced);
     if was_synced && status.sync.status == Sync::OutOfSync {
         let drifted: Vec<String> = status

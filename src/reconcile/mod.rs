@@ -784,23 +784,25 @@ async fn sync_rendered(
         inputs: Some(inputs),
         sync_run,
     };
-    let (new_status, status_written) = status_write::write_status(ctx, app, report).await?;
-
+    // What was applied is reported while the status is written: neither
+    // waits for the other.
+    let (written, ()) = tokio::join!(
+        status_write::write_status(ctx, app, report),
+        events::report_applied(
+            events,
+            &plan,
+            &applied,
+            &pruned,
+            events::Synced {
+                revision: &revision,
+                changed_input: request.changed_input.as_deref(),
+                cluster: (!cluster.is_local()).then_some(cluster.name.as_str()),
+            },
+        )
+    );
+    let (new_status, status_written) = written?;
     events::count_drift_corrections(ctx, &cluster.name, &plan, &applied);
-    events::report_events(
-        events,
-        &plan,
-        &applied,
-        &pruned,
-        events::Synced {
-            revision: &revision,
-            changed_input: request.changed_input.as_deref(),
-            cluster: (!cluster.is_local()).then_some(cluster.name.as_str()),
-        },
-        previous,
-        &new_status,
-    )
-    .await;
+    events::report_drift_detected(events, previous, &new_status).await;
     let requeue_after = (waiting
         || matches!(
             new_status.health.status,

@@ -4,8 +4,35 @@
 //! Application's identity may do.
 
 use crate::manifest::{Manifest, ObjectId};
+use crate::reconcile::plan::FIELD_MANAGER;
 use crate::reconcile::plan::LiveState;
 use crate::reconcile::prepare::APP_ANNOTATION;
+
+/// `metadata`'s labels and annotations cut to the keys Setpoint's own
+/// `managedFields` entry owns: what others add (a controller's revision
+/// annotation, a `kubectl annotate` of a key Git does not set) is theirs
+/// and no apply of Setpoint's changes it. None when Setpoint has no entry.
+pub fn setpoint_labels_and_annotations(
+    metadata: &serde_json::Map<String, serde_json::Value>,
+) -> Option<[serde_json::Map<String, serde_json::Value>; 2]> {
+    let owned = metadata
+        .get("managedFields")
+        .and_then(serde_json::Value::as_array)?
+        .iter()
+        .find(|e| e.get("manager").and_then(serde_json::Value::as_str) == Some(FIELD_MANAGER))?
+        .pointer("/fieldsV1/f:metadata");
+    Some(["labels", "annotations"].map(|map| {
+        let keys = owned.and_then(|o| o.get(format!("f:{map}")));
+        metadata
+            .get(map)
+            .and_then(serde_json::Value::as_object)
+            .into_iter()
+            .flatten()
+            .filter(|(key, _)| keys.is_some_and(|keys| keys.get(format!("f:{key}")).is_some()))
+            .map(|(key, value)| (key.clone(), value.clone()))
+            .collect()
+    }))
+}
 
 /// A desired object that the cluster holds as another Application's.
 #[derive(Clone, Debug, PartialEq, Eq)]

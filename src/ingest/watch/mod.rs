@@ -882,6 +882,34 @@ mod tests {
     }
 
     #[test]
+    fn the_signature_of_an_object_setpoint_applied_covers_only_what_setpoint_owns_of_its_metadata()
+    {
+        let applied = json!({"metadata": {
+            "generation": 2,
+            "labels": {"setpoint.dev/app": "team.web"},
+            "annotations": {"setpoint.dev/app": "team/web"},
+            "managedFields": [{"manager": FIELD_MANAGER, "operation": "Apply", "fieldsV1": {"f:metadata": {
+                "f:labels": {"f:setpoint.dev/app": {}},
+                "f:annotations": {"f:setpoint.dev/app": {}}}}}]}});
+        // The Deployment controller's revision annotation: no drift.
+        let mut revised = applied.clone();
+        revised["metadata"]["annotations"]["deployment.kubernetes.io/revision"] = json!("2");
+        assert_eq!(signature(&applied), signature(&revised));
+        // Someone changes a value Setpoint owns.
+        let mut changed = applied.clone();
+        changed["metadata"]["annotations"]["setpoint.dev/app"] = json!("team/other");
+        assert_ne!(signature(&applied), signature(&changed));
+        // Or removes it (Setpoint's entry no longer lists it).
+        let mut removed = applied.clone();
+        removed["metadata"]["labels"] = json!({});
+        removed["metadata"]["managedFields"][0]["fieldsV1"]["f:metadata"]
+            .as_object_mut()
+            .unwrap()
+            .remove("f:labels");
+        assert_ne!(signature(&applied), signature(&removed));
+    }
+
+    #[test]
     fn the_signature_ignores_status_but_not_spec_or_labels() {
         let a = object(3, &[]);
         let mut status_only = a.clone();

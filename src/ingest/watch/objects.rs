@@ -128,10 +128,12 @@ pub(super) async fn watch_kind(
             }
             WatchEvent::Apply(object) => {
                 let value = serde_json::to_value(&object).unwrap_or(Value::Null);
-                cache.live().seen(&cache.gvk, &value);
-                applied(&mut seen, &resource, &scope, &object, &value, None)
-                    .into_iter()
-                    .collect()
+                let own_write = cache.live().seen(&cache.gvk, &value);
+                let drift = applied(&mut seen, &resource, &scope, &object, &value, None);
+                // Setpoint's own apply, seen back: the reconcile that sent
+                // it records the health its answer shows (a Deployment
+                // progressing), so it is no reason to reconcile again.
+                drift.filter(|_| !own_write).into_iter().collect()
             }
             // A relist after the watch fell too far behind (410 Gone, as
             // after an API server restart) sends no deletes: what it no
@@ -255,17 +257,26 @@ pub(super) type Signature = [u8; 16];
 
 /// What changes when someone edits an object, but not when a controller
 /// writes its status: the generation (or, for kinds without one, the
-/// resource version), labels and annotations.
+/// resource version), labels and annotations. Of an object Setpoint
+/// applied, only the labels and annotations it owns: what a controller
+/// adds beside them (a Deployment's `deployment.kubernetes.io/revision`)
+/// is no drift, and no apply would change it.
 pub(super) fn signature(object: &Value) -> Signature {
     let metadata = &object["metadata"];
     let version = match &metadata["generation"] {
         Value::Null => metadata["resourceVersion"].to_string(),
         generation => generation.to_string(),
     };
-    let text = format!(
-        "{version}|{}|{}",
-        metadata["labels"], metadata["annotations"]
-    );
+    let text = match metadata
+        .as_object()
+        .and_then(crate::reconcile::ownership::setpoint_labels_and_annotations)
+    {
+        Some([labels, annotations]) => format!("{version}|{labels:?}|{annotations:?}"),
+        None => format!(
+            "{version}|{}|{}",
+            metadata["labels"], metadata["annotations"]
+        ),
+    };
     let digest = Sha256::digest(text.as_bytes());
     let mut signature = Signature::default();
     signature.copy_from_slice(&digest[..16]);

@@ -33,6 +33,10 @@ pub(super) struct Mirror {
     /// When the newest completed fetch started (wall clock, as events
     /// carry), per caller's credentials.
     last_fetch_started: Mutex<HashMap<String, SystemTime>>,
+    /// What each revision resolved to since this process last changed the
+    /// mirror's refs (cleared as a change begins): a reconcile whose
+    /// revision is known and needs no fetch skips the lock and `git`.
+    resolved: Mutex<HashMap<String, String>>,
 }
 
 /// Held for the whole checkout: the in-process guard and the locked file.
@@ -52,6 +56,7 @@ impl Mirror {
             fetches_started: AtomicU64::new(0),
             fetches_completed: AtomicU64::new(0),
             last_fetch_started: Mutex::default(),
+            resolved: Mutex::default(),
         }
     }
 
@@ -159,7 +164,30 @@ impl Mirror {
         Ok(())
     }
 
+    /// The commit `revision` (its lookup candidates) resolved to, unless
+    /// the refs changed since.
+    pub(super) fn resolved(&self, revision: &str) -> Option<String> {
+        self.resolved
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(revision)
+            .cloned()
+    }
+
+    pub(super) fn remember_resolved(&self, revision: String, commit: String) {
+        let mut resolved = self.resolved.lock().unwrap_or_else(PoisonError::into_inner);
+        // Bounded: names a reconcile asks for (branches, tags, commits).
+        if resolved.len() >= 10_000 {
+            resolved.clear();
+        }
+        resolved.insert(revision, commit);
+    }
+
     pub(super) async fn begin_change(&self) -> Result<(), GitError> {
+        self.resolved
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
         tokio::fs::write(&self.changing_marker, b"")
             .await
             .map_err(GitError::io(&self.changing_marker))

@@ -327,6 +327,12 @@ impl GitSource {
         }
 
         let mirror = self.mirror(&remote.key);
+        if let Some(checkout) = self
+            .checkout_unlocked(&mirror, &remote, &wanted, request, &path)
+            .await?
+        {
+            return Ok(checkout);
+        }
         // Taken before waiting for the lock: a fetch that starts after this
         // point also sees whatever the caller is looking for.
         let waiting_since = mirror.fetches_started.load(Ordering::SeqCst);
@@ -374,6 +380,50 @@ impl GitSource {
             files,
             mirror: mirror.dir.clone(),
         })
+    }
+
+    /// The checkout without the mirror's lock, when this process already
+    /// resolved the revision since the refs last changed and the same
+    /// freshness rules as under the lock say no fetch is needed (a push's
+    /// own commit, a commit id): a fleet of Applications on one repository
+    /// does not queue on the lock for one `git` each.
+    async fn checkout_unlocked(
+        &self,
+        mirror: &Mirror,
+        remote: &Remote,
+        wanted: &Wanted,
+        request: &CheckoutRequest<'_>,
+        path: &str,
+    ) -> Result<Option<Checkout>, GitError> {
+        let Some(local) = mirror.resolved(&wanted.key()) else {
+            return Ok(None);
+        };
+        let facts = freshness::Facts {
+            wants_commit: matches!(wanted, Wanted::Commit(_)),
+            local: Some(&local),
+            announced: request.known_commit,
+            // Asking would need `git`: the locked path does.
+            announced_contained: false,
+            fetched_while_waiting: false,
+            fresh_since: request.fresh_since,
+            last_fetch_started: mirror.last_fetch_started(&remote.caller()),
+        };
+        let Some(reason) = freshness::skip_reason(&facts) else {
+            return Ok(None);
+        };
+        debug!(url = %remote.display_url, revision = %wanted, reason, "fetch skipped, revision known");
+        let git = Git {
+            mirror,
+            remote,
+            settings: &self.settings,
+        };
+        let files = self.read_files(&git, &remote.key, &local, path).await?;
+        Ok(Some(Checkout {
+            commit: local,
+            path: path.to_owned(),
+            files,
+            mirror: mirror.dir.clone(),
+        }))
     }
 
     /// The files under `path` at `commit`, from the cache or the mirror.

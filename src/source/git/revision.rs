@@ -26,6 +26,12 @@ impl Wanted {
     }
 
     /// The expressions to try, in order; the first that names a commit wins.
+    /// What [`Mirror::resolved`](super::mirror::Mirror::resolved) keeps
+    /// its answer under.
+    pub(super) fn key(&self) -> String {
+        self.candidates().join("\n")
+    }
+
     fn candidates(&self) -> Vec<String> {
         match self {
             Wanted::Default => vec![format!("{DEFAULT_BRANCH_REF}^{{commit}}")],
@@ -83,6 +89,10 @@ pub(super) fn is_valid_ref_name(name: &str) -> bool {
 impl Git<'_> {
     /// The commit `wanted` names in the mirror as it is now, if any.
     pub(super) async fn resolve(&self, wanted: &Wanted) -> Result<Option<String>, GitError> {
+        let key = wanted.key();
+        if let Some(commit) = self.mirror.resolved(&key) {
+            return Ok(Some(commit));
+        }
         let candidates = wanted.candidates();
         let mut input = candidates.join("\n").into_bytes();
         input.push(b'\n');
@@ -91,10 +101,14 @@ impl Git<'_> {
         let stdout = String::from_utf8_lossy(&stdout);
         // One line per candidate: `<id> commit`, or `<name> missing` /
         // `<name> ambiguous`.
-        Ok(stdout.lines().find_map(|line| {
+        let commit = stdout.lines().find_map(|line| {
             let (id, kind) = line.rsplit_once(' ')?;
             (kind == "commit" && is_full_commit_id(id)).then(|| id.to_owned())
-        }))
+        });
+        if let Some(commit) = &commit {
+            self.mirror.remember_resolved(key, commit.clone());
+        }
+        Ok(commit)
     }
 }
 

@@ -316,6 +316,55 @@ async fn fetch_skipped_when_the_commit_is_known() {
 }
 
 #[tokio::test]
+async fn a_pushed_commit_already_resolved_is_checked_out_without_git_or_the_lock() {
+    let fx = Fixture::new();
+    fx.origin.write("a.yaml", "a\n");
+    let commit = fx.origin.commit("first");
+    let url = fx.origin.url();
+    let request = CheckoutRequest {
+        url: &url,
+        revision: Some("main"),
+        known_commit: Some(&commit),
+        ..Default::default()
+    };
+    fx.source.checkout(&request).await.unwrap();
+    let mirror = fx.source.mirror(&Remote::new(&url, None).unwrap().key);
+    let dir = mirror.dir.to_string_lossy().into_owned();
+    let spawned = command::spawned::containing(&dir).len();
+    assert!(spawned > 0, "the first checkout ran git in the mirror");
+    // The lock held elsewhere: a checkout that needed it would wait.
+    let held = mirror.lock().await.unwrap();
+    for _ in 0..3 {
+        let checkout = tokio::time::timeout(Duration::from_secs(10), fx.source.checkout(&request))
+            .await
+            .expect("no wait for the lock")
+            .unwrap();
+        assert_eq!(checkout.commit, commit);
+        assert_eq!(contents(&checkout, "a.yaml"), "a\n");
+    }
+    assert_eq!(
+        command::spawned::containing(&dir).len(),
+        spawned,
+        "no git command"
+    );
+    drop(held);
+
+    // A new commit: the refs change, and what was resolved is asked again.
+    fx.origin.write("a.yaml", "b\n");
+    let next = fx.origin.commit("second");
+    let request = CheckoutRequest {
+        known_commit: Some(&next),
+        ..request
+    };
+    assert_eq!(fx.source.checkout(&request).await.unwrap().commit, next);
+    let stale = CheckoutRequest {
+        known_commit: None,
+        ..request
+    };
+    assert_eq!(fx.source.checkout(&stale).await.unwrap().commit, next);
+}
+
+#[tokio::test]
 async fn incremental_fetch_picks_up_new_commits_and_deleted_branches() {
     let fx = Fixture::new();
     fx.origin.write("a.yaml", "1\n");

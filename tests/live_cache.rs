@@ -263,23 +263,60 @@ async fn a_change_to_a_synced_fleet_reads_no_live_object_and_writes_one_status_e
     assert_eq!(data["value"], "2");
 }
 
+/// One Application (`app-0`: a ConfigMap and a ServiceAccount at value
+/// "0") synced by a `setpoint run` whose cache holds both objects.
+struct OneApp {
+    ns: TestNamespace,
+    repo: GitRepo,
+    apps: AppWatch,
+    port: u16,
+    metrics_port: u16,
+    _setpoint: Setpoint,
+    _cache: tempfile::TempDir,
+}
+
+impl OneApp {
+    async fn synced(name: &str) -> OneApp {
+        let ns = TestNamespace::new(name).await;
+        install_crd(&ns.client).await;
+        let cache = tempfile::tempdir().unwrap();
+        let repo = GitRepo::new();
+        write_app(&repo, 0, "0");
+        let first = repo.commit("zero");
+        create_app(&ns, "app-0", &repo.url(), "app-0", automated(true, true)).await;
+        let apps = AppWatch::start(&ns).await;
+        let (setpoint, port, metrics_port) = start(&ns, &cache).await;
+        wait_for("the first sync", DEADLINE, || async {
+            apps.all(1, "synced", synced_at(&first))
+        })
+        .await;
+        cached(metrics_port, 2).await;
+        OneApp {
+            ns,
+            repo,
+            apps,
+            port,
+            metrics_port,
+            _setpoint: setpoint,
+            _cache: cache,
+        }
+    }
+}
+
 #[tokio::test]
 async fn objects_deleted_by_hand_and_kinds_seen_first_are_handled_from_and_beside_the_cache() {
     let _serial = SERIAL.lock().await;
-    let ns = TestNamespace::new("live-cache-edges").await;
-    install_crd(&ns.client).await;
-    let cache = tempfile::tempdir().unwrap();
-    let repo = GitRepo::new();
-    write_app(&repo, 0, "1");
-    let first = repo.commit("one");
-    create_app(&ns, "app-0", &repo.url(), "app-0", automated(true, true)).await;
-    let apps = AppWatch::start(&ns).await;
-    let (_setpoint, port, metrics_port) = start(&ns, &cache).await;
-    wait_for("the first sync", DEADLINE, || async {
-        apps.all(1, "synced", synced_at(&first))
-    })
-    .await;
-    cached(metrics_port, 2).await;
+    let OneApp {
+        ns,
+        repo,
+        apps,
+        port,
+        metrics_port,
+        // Bound, not `..`: left out, the process would stop here.
+        _setpoint,
+        _cache,
+        ..
+    } = OneApp::synced("live-cache-edges").await;
 
     // Deleted by hand: the watch drops it from the cache and enqueues the
     // Application, whose reconcile recreates it (not a stale "it exists").
@@ -308,13 +345,7 @@ async fn objects_deleted_by_hand_and_kinds_seen_first_are_handled_from_and_besid
         "apiVersion: v1\nkind: Service\nmetadata:\n  name: web\nspec:\n  ports:\n  - port: 80\n",
     );
     let second = repo.commit("a Service");
-    let (code, body) = post_github(
-        port,
-        Some(SECRET),
-        "live-cache-edges-1",
-        &github_push(&repo.url(), &second, &["app-0/svc.yaml"]),
-    );
-    assert_eq!(code, 200, "{body}");
+    push(port, &repo, &second, &["app-0/svc.yaml"]);
     wait_for("the Service synced", DEADLINE, || async {
         apps.all(1, "synced", synced_at(&second))
     })
@@ -325,13 +356,7 @@ async fn objects_deleted_by_hand_and_kinds_seen_first_are_handled_from_and_besid
     // Dropped from Git: pruned, from what the cache holds.
     repo.remove("app-0/svc.yaml");
     let third = repo.commit("no Service");
-    let (code, body) = post_github(
-        port,
-        Some(SECRET),
-        "live-cache-edges-2",
-        &github_push(&repo.url(), &third, &["app-0/svc.yaml"]),
-    );
-    assert_eq!(code, 200, "{body}");
+    push(port, &repo, &third, &["app-0/svc.yaml"]);
     wait_for("the Service pruned", DEADLINE, || async {
         match ns
             .api::<Service>()
@@ -368,20 +393,16 @@ fn push_url(port: u16, url: &str, commit: &str, files: &[&str]) {
 #[tokio::test]
 async fn a_change_by_someone_else_beside_a_push_ends_as_git_says_whatever_the_cache_held() {
     let _serial = SERIAL.lock().await;
-    let ns = TestNamespace::new("live-cache-race").await;
-    install_crd(&ns.client).await;
-    let cache = tempfile::tempdir().unwrap();
-    let repo = GitRepo::new();
-    write_app(&repo, 0, "0");
-    let first = repo.commit("zero");
-    create_app(&ns, "app-0", &repo.url(), "app-0", automated(true, true)).await;
-    let apps = AppWatch::start(&ns).await;
-    let (_setpoint, port, metrics_port) = start(&ns, &cache).await;
-    wait_for("the first sync", DEADLINE, || async {
-        apps.all(1, "synced", synced_at(&first))
-    })
-    .await;
-    cached(metrics_port, 2).await;
+    let OneApp {
+        ns,
+        repo,
+        apps,
+        port,
+        // Bound, not `..`: left out, the process would stop here.
+        _setpoint,
+        _cache,
+        ..
+    } = OneApp::synced("live-cache-race").await;
     let configmaps = ns.api::<ConfigMap>();
     let accounts = ns.api::<ServiceAccount>();
     for round in 1..=4 {
@@ -433,7 +454,7 @@ async fn a_tenant_reads_as_itself_though_the_cache_holds_its_objects() {
     // A service account that may write ConfigMaps but not read them.
     let account: ServiceAccount =
         serde_json::from_value(serde_json::json!({"metadata": {"name": "writer"}})).unwrap();
-    accounts(&ns)
+    ns.api::<ServiceAccount>()
         .create(&PostParams::default(), &account)
         .await
         .unwrap();
@@ -517,8 +538,4 @@ async fn a_tenant_reads_as_itself_though_the_cache_holds_its_objects() {
         || async { apps.all(1, "applied unreadable", unreadable(&second)) },
     )
     .await;
-}
-
-fn accounts(ns: &TestNamespace) -> kube::Api<ServiceAccount> {
-    ns.api::<ServiceAccount>()
 }

@@ -41,7 +41,8 @@ fmt:
 ## The CRD YAML, generated from the Rust types (a test checks the copies).
 crd:
 	cargo run --quiet -- crd > config/crd/applications.setpoint.dev.yaml
-	cp config/crd/applications.setpoint.dev.yaml charts/setpoint/crds/
+	cargo run --quiet -- crd --applicationset > config/crd/applicationsets.setpoint.dev.yaml
+	cp config/crd/applications.setpoint.dev.yaml config/crd/applicationsets.setpoint.dev.yaml charts/setpoint/crds/
 
 ## The local control plane (see tests/controlplane/cluster.sh).
 cluster-build:

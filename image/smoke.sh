@@ -122,7 +122,7 @@ check "helm version" 'Version:"v[0-9.]+"' run_ helm version
 check_fails "65532 cannot write to the root filesystem" "cannot mkdir /usr/local/bin/x: Permission denied" \
   run_ git init --quiet /usr/local/bin/x
 
-"$kubectl" apply --server-side --force-conflicts -f "$repo/config/crd/applications.setpoint.dev.yaml" >/dev/null
+"$kubectl" apply --server-side --force-conflicts -f "$repo/config/crd/applications.setpoint.dev.yaml" -f "$repo/config/crd/applicationsets.setpoint.dev.yaml" >/dev/null
 "$kubectl" wait --for condition=Established --timeout=60s crd/applications.setpoint.dev >/dev/null
 "$kubectl" create namespace "$ns" >/dev/null
 for dir in app app-read-only; do

@@ -30,6 +30,23 @@ impl AppKey {
     }
 }
 
+/// Events of an ApplicationSet carry this key: its namespace, and its name
+/// behind a prefix no Kubernetes name can hold (`:`), so its slot in the
+/// worker and its shard never mix with an Application's of that name.
+const SET_PREFIX: &str = "applicationset:";
+
+impl AppKey {
+    /// The key of ApplicationSet `namespace/name`'s events.
+    pub fn set(namespace: impl Into<String>, name: &str) -> Self {
+        Self::new(namespace, format!("{SET_PREFIX}{name}"))
+    }
+
+    /// The ApplicationSet's name, when this is an ApplicationSet's key.
+    pub fn set_name(&self) -> Option<&str> {
+        self.name.strip_prefix(SET_PREFIX)
+    }
+}
+
 impl fmt::Display for AppKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}/{}", self.namespace, self.name)
@@ -79,6 +96,40 @@ pub enum Cause {
     /// event's `app` is the pull request's key ([`PullRequest::key`]), not
     /// an Application: previews have their own slots and permits.
     Preview(Box<PullRequest>),
+    /// An ApplicationSet to evaluate again: a push to a repository one of
+    /// its git generators reads, a pull request event of a repository its
+    /// pull request generator lists, a cluster Secret, its spec, the sweep.
+    /// With `refreshOnly`, one of its Applications changed state: only its
+    /// status summary is written again. The event's `app` is
+    /// [`AppKey::set`].
+    AppSet {
+        why: String,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        refresh_only: bool,
+        /// What the pull request event said, laid over the provider's
+        /// listing (which may not show it yet).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pull: Option<PullChange>,
+    },
+}
+
+/// A pull (merge) request opened, pushed to, relabelled or closed, as its
+/// webhook said.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PullChange {
+    /// `github` or `gitlab`.
+    pub provider: String,
+    /// `owner/repo` on GitHub, the project's path on GitLab.
+    pub project: String,
+    pub number: u64,
+    /// Still open (else closed or merged).
+    pub open: bool,
+    pub branch: String,
+    pub target_branch: String,
+    pub head_sha: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub labels: Vec<String>,
 }
 
 /// A pull request (GitHub) or merge request (GitLab) as a preview needs it.
@@ -151,6 +202,10 @@ impl Cause {
             Cause::DependencyChanged { .. } => "dependency",
             Cause::Chart { .. } => "chart",
             Cause::Preview(_) => "preview",
+            Cause::AppSet {
+                refresh_only: true, ..
+            } => "appset-refresh",
+            Cause::AppSet { .. } => "appset",
         }
     }
 }

@@ -7,6 +7,7 @@
 //! redelivery). See ARCHITECTURE.md.
 
 pub mod api;
+pub mod appset;
 pub mod cli;
 pub mod cluster;
 pub mod config;

@@ -110,6 +110,17 @@ pub struct Inner {
     pub preview_seconds: Histogram,
     pub cluster_reachable: Family<ClusterLabels, Gauge>,
     pub live_objects_cached: Family<ClusterLabels, Gauge>,
+    pub appset_evaluations: Family<AppSetLabels, Counter>,
+    pub appset_applications: Family<AppSetLabels, Gauge>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AppSetLabels {
+    pub namespace: String,
+    pub appset: String,
+    /// For evaluations: `applied`, `unchanged`, `refused` (an error on its
+    /// status, nothing changed) or `retry`; empty for the gauge.
+    pub result: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -289,6 +300,18 @@ impl Metrics {
             "Live objects held in a cluster's watch-fed cache, which the reconciles read instead of the API server; read at scrape time",
             live_objects_cached.clone(),
         );
+        let appset_evaluations = Family::<AppSetLabels, Counter>::default();
+        registry.register(
+            "appset_evaluations",
+            "ApplicationSet evaluations, by result: applied (Applications created, updated or deleted), unchanged, refused (an error on its status, nothing changed), retry",
+            appset_evaluations.clone(),
+        );
+        let appset_applications = Family::<AppSetLabels, Gauge>::default();
+        registry.register(
+            "appset_applications",
+            "The Applications an ApplicationSet owns, as of its last evaluation",
+            appset_applications.clone(),
+        );
         Metrics(Arc::new(Inner {
             registry,
             webhooks,
@@ -312,6 +335,8 @@ impl Metrics {
             preview_seconds,
             cluster_reachable,
             live_objects_cached,
+            appset_evaluations,
+            appset_applications,
         }))
     }
 

@@ -382,10 +382,13 @@ pub async fn serve(
         // The reconcile reads `spec.dependsOn`'s Applications there.
         ctx.set_applications(store.clone());
     }
+    // The ApplicationSets, beside: the webhook routes to them, the sweep
+    // walks them.
+    let (set_store, set_writer) = reflector::store::<crate::api::ApplicationSet>();
     // The webhook's route index, kept by the same watch.
-    let routes = roles
-        .webhook
-        .then(|| Arc::new(crate::ingest::StoreIndex::new(store.clone())));
+    let routes = roles.webhook.then(|| {
+        Arc::new(crate::ingest::StoreIndex::new(store.clone()).with_sets(set_store.clone()))
+    });
     let probes = Probes {
         metrics: ctx.metrics.clone(),
         queue: queue.clone(),
@@ -431,6 +434,20 @@ pub async fn serve(
         );
     }
     if needs_index {
+        let scope = live_watch::Scope::new(&options.watch_namespaces);
+        let namespace = scope.single().map(str::to_string);
+        tasks.spawn(crate::appset::watch::run(
+            watch_client.clone(),
+            ctx.clusters.clone(),
+            queue.clone(),
+            set_writer,
+            set_store.clone(),
+            namespace,
+            move |ns| scope.contains(ns),
+            roles.watch,
+        ));
+    }
+    if needs_index {
         let client = watch_client;
         let clusters = ctx.clusters.clone();
         let queue = queue.clone();
@@ -469,6 +486,7 @@ pub async fn serve(
         tasks.spawn(sweep::run(
             ctx.client.clone(),
             store.clone(),
+            Some(set_store.clone()),
             queue.clone(),
             settings,
         ));

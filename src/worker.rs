@@ -413,9 +413,57 @@ async fn reconcile_once(shared: &Shared, app: &AppKey, batch: &Slot) -> Settled 
         .first()
         .map(|d| d.event.cause.kind())
         .unwrap_or_default();
+    if app.set_name().is_some() {
+        let span = tracing::info_span!("appset", set = %app, event = %event_id, cause, delivery = %delivery);
+        return tracing::Instrument::instrument(evaluate_set(shared, app, batch), span).await;
+    }
     let span = tracing::info_span!("reconcile", app = %app, event = %event_id, cause, delivery = %delivery, input = %input);
     // Instrumented, not entered: the span must follow the future across awaits.
     tracing::Instrument::instrument(reconcile_in_span(shared, app, batch), span).await
+}
+
+/// An ApplicationSet's batch: one evaluation (only a summary refresh when
+/// every event of the batch asked only that), with the pull request
+/// events' news laid over the provider's listing.
+async fn evaluate_set(shared: &Shared, set: &AppKey, batch: &Slot) -> Settled {
+    let mut request = crate::appset::Batch {
+        refresh_only: true,
+        pulls: Vec::new(),
+        fresh_since: fresh_since(batch),
+    };
+    for delivery in &batch.waiting {
+        match &delivery.event.cause {
+            Cause::AppSet {
+                refresh_only, pull, ..
+            } => {
+                request.refresh_only &= *refresh_only;
+                request.pulls.extend(pull.clone());
+            }
+            _ => request.refresh_only = false,
+        }
+    }
+    shared.record_line("start", set);
+    let result = crate::appset::evaluate(&shared.ctx, set, &request).await;
+    shared.record_line("end", set);
+    match result {
+        Ok(evaluated) => {
+            tracing::info!(
+                created = evaluated.created,
+                updated = evaluated.updated,
+                deleted = evaluated.deleted,
+                result = evaluated.result,
+                "ApplicationSet evaluated"
+            );
+            Settled::Done { requeue: false }
+        }
+        Err(error) if error.is_transient() => {
+            Settled::Retry(crate::report::events::error_chain(&error))
+        }
+        Err(error) => {
+            tracing::warn!(error = %crate::report::events::error_chain(&error), "ApplicationSet refused");
+            Settled::Invalid
+        }
+    }
 }
 
 async fn reconcile_in_span(shared: &Shared, app: &AppKey, batch: &Slot) -> Settled {

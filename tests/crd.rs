@@ -7,6 +7,22 @@ use std::io::Write;
 use std::process::{Command, Stdio};
 
 #[test]
+fn committed_applicationset_crds_match_the_types() {
+    let generated = setpoint::cli::appset_crd_yaml();
+    for path in [
+        "config/crd/applicationsets.setpoint.dev.yaml",
+        "charts/setpoint/crds/applicationsets.setpoint.dev.yaml",
+    ] {
+        let full = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(path);
+        let committed = std::fs::read_to_string(&full).unwrap_or_default();
+        assert!(
+            committed == generated,
+            "{path} is stale: run `make crd` and commit it"
+        );
+    }
+}
+
+#[test]
 fn committed_crds_match_the_types() {
     let generated = setpoint::cli::crd_yaml();
     for path in [
@@ -52,17 +68,23 @@ fn the_crd_uses_only_integer_formats_kubernetes_knows() {
 /// does not surface them. A server-side dry run of a create (a CRD in a group
 /// of this test's own: an update would only warn of newly added formats).
 #[test]
-fn the_committed_crd_is_created_without_a_warning_from_the_api_server() {
+fn the_committed_crds_are_created_without_a_warning_from_the_api_server() {
+    for plural in ["applications", "applicationsets"] {
+        created_without_a_warning(plural);
+    }
+}
+
+fn created_without_a_warning(plural: &str) {
     let committed = std::fs::read_to_string(
         std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("config/crd/applications.setpoint.dev.yaml"),
+            .join(format!("config/crd/{plural}.setpoint.dev.yaml")),
     )
     .unwrap();
     let group = format!("{}.setpoint.dev", support::unique_name("crd"));
     let renamed = committed
         .replace(
-            "name: applications.setpoint.dev",
-            &format!("name: applications.{group}"),
+            &format!("name: {plural}.setpoint.dev"),
+            &format!("name: {plural}.{group}"),
         )
         .replace("group: setpoint.dev", &format!("group: {group}"));
     assert_ne!(renamed, committed);
@@ -85,9 +107,6 @@ fn the_committed_crd_is_created_without_a_warning_from_the_api_server() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stdout}{stderr}");
-    assert!(
-        stdout.contains(&format!("applications.{group}")),
-        "{stdout}"
-    );
+    assert!(stdout.contains(&format!("{plural}.{group}")), "{stdout}");
     assert!(!stderr.contains("Warning"), "{stderr}");
 }

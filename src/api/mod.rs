@@ -4,9 +4,11 @@
 //! The CRD YAML under `config/crd/` and `charts/setpoint/crds/` is generated
 //! from these types (`setpoint crd`); a test keeps the committed copies equal.
 
+mod appset;
 mod conditions;
 mod sync_run;
 
+pub use appset::*;
 pub use conditions::{Condition, ConditionStatus, ConditionType, set_condition};
 pub use sync_run::{HookPhase, HookRecord, HookState, RunPhase, SyncRun, WaveRecord};
 

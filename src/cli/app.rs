@@ -183,7 +183,7 @@ pub async fn run(
     }
 }
 
-fn encode<T: serde::Serialize>(value: &T, format: Format) -> anyhow::Result<String> {
+pub(super) fn encode<T: serde::Serialize>(value: &T, format: Format) -> anyhow::Result<String> {
     Ok(match format {
         Format::Yaml => serde_yaml::to_string(value)?,
         Format::Json => serde_json::to_string_pretty(value)? + "\n",

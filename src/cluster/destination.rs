@@ -168,6 +168,7 @@ mod tests {
             secret: format!("{name}-secret"),
             allowed,
             labels: BTreeMap::new(),
+            annotations: BTreeMap::new(),
             access: Ok(Access::default()),
         }
     }

@@ -136,6 +136,14 @@ impl Registry {
         }
     }
 
+    /// Waits (within the first listing's bound) until the cluster Secrets
+    /// were listed once: before that, the registry may not yet know a
+    /// cluster that exists.
+    pub async fn wait_listed(&self) {
+        let mut listed = self.listed.subscribe();
+        let _ = tokio::time::timeout(FIRST_LISTING_WAIT, listed.wait_for(|listed| *listed)).await;
+    }
+
     /// The registered entries and their clusters (when built), by name.
     pub fn clusters(&self) -> Vec<(Entry, Option<Arc<Cluster>>)> {
         let registered = self.registered.read().expect("registry lock");
@@ -164,14 +172,25 @@ impl Registry {
             }
         };
         let fingerprint = fingerprint(secret);
-        if self
-            .registered
-            .read()
-            .expect("registry lock")
-            .get(&secret_name)
-            .is_some_and(|r| r.fingerprint == fingerprint)
         {
-            return;
+            let mut registered = self.registered.write().expect("registry lock");
+            if let Some(known) = registered
+                .get_mut(&secret_name)
+                .filter(|r| r.fingerprint == fingerprint)
+            {
+                // The same clients; new labels or annotations are news to
+                // the ApplicationSets' cluster generators.
+                if known.entry.labels != entry.labels || known.entry.annotations != entry.annotations
+                {
+                    known.entry.labels = entry.labels;
+                    known.entry.annotations = entry.annotations;
+                    let _ = self.changes.send(Change {
+                        name: entry.name,
+                        server: entry.server,
+                    });
+                }
+                return;
+            }
         }
         let cluster = match &entry.access {
             Ok(access) => Cluster::remote(&entry, access, &self.requests)

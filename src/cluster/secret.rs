@@ -44,6 +44,9 @@ pub struct Entry {
     pub allowed: Allowed,
     /// The Secret's labels, for selecting clusters.
     pub labels: BTreeMap<String, String>,
+    /// The Secret's annotations: an ApplicationSet's cluster generator
+    /// passes them on as parameters.
+    pub annotations: BTreeMap<String, String>,
     /// The credentials, or why they are refused: a refused cluster is still
     /// registered, so its Applications say why instead of "not found".
     pub access: Result<Access, EntryError>,
@@ -226,6 +229,7 @@ impl Entry {
                     .map(String::as_str),
             ),
             labels: secret.labels().clone(),
+            annotations: secret.annotations().clone(),
             secret: secret_name,
             access,
         })

@@ -25,6 +25,8 @@ use webhook::{AppIndex, AppSource};
 /// push waits for it to be rebuilt.
 pub struct StoreIndex {
     store: Store<Application>,
+    /// The ApplicationSets pushes and pull request events re-evaluate.
+    sets: Option<Store<crate::api::ApplicationSet>>,
     routes: RwLock<RouteIndex>,
     /// The index of a relist under way (from `Init` to `InitDone`), swapped
     /// in whole at its end, as the store's writer swaps its buffer.
@@ -39,6 +41,7 @@ impl StoreIndex {
         let routes = RouteIndex::new(store.state().iter().map(|app| source_of(app)));
         StoreIndex {
             store,
+            sets: None,
             routes: RwLock::new(routes),
             relist: Mutex::default(),
         }
@@ -69,6 +72,12 @@ impl StoreIndex {
         }
     }
 
+    /// Routes pushes and pull request events to the sets of `sets` too.
+    pub fn with_sets(mut self, sets: Store<crate::api::ApplicationSet>) -> Self {
+        self.sets = Some(sets);
+        self
+    }
+
     fn write(&self) -> std::sync::RwLockWriteGuard<'_, RouteIndex> {
         self.routes.write().expect("route index lock")
     }
@@ -88,6 +97,22 @@ impl AppIndex for StoreIndex {
             .read()
             .expect("route index lock")
             .route_why(push)
+    }
+
+    fn sets_for_push(&self, push: &Push) -> Vec<AppKey> {
+        let Some(sets) = &self.sets else {
+            return Vec::new();
+        };
+        let sets = sets.state();
+        crate::appset::route::sets_for_push(push, sets.iter().map(|s| &**s))
+    }
+
+    fn sets_for_pull(&self, change: &crate::event::PullChange) -> Vec<AppKey> {
+        let Some(sets) = &self.sets else {
+            return Vec::new();
+        };
+        let sets = sets.state();
+        crate::appset::route::sets_for_pull(change, sets.iter().map(|s| &**s))
     }
 }
 

@@ -39,9 +39,12 @@ pub struct LeaseSettings {
     pub duration: Duration,
 }
 
+/// Sweeps the Applications of `store` and, when given, the
+/// ApplicationSets of `sets` (each evaluated again once per interval).
 pub async fn run(
     client: Client,
     store: Store<Application>,
+    sets: Option<Store<crate::api::ApplicationSet>>,
     queue: Arc<dyn Queue>,
     settings: SweepSettings,
 ) {
@@ -61,8 +64,15 @@ pub async fn run(
             previous = elapsed;
             continue;
         }
-        for app in store.state() {
-            let key = AppKey::new(app.namespace().unwrap_or_default(), app.name_any());
+        let set_keys = sets
+            .iter()
+            .flat_map(|sets| sets.state())
+            .map(|set| crate::appset::route::key_of(&set));
+        let app_keys = store
+            .state()
+            .into_iter()
+            .map(|app| AppKey::new(app.namespace().unwrap_or_default(), app.name_any()));
+        for key in app_keys.chain(set_keys) {
             let Some(cycle) = due(&key, interval, previous, elapsed) else {
                 continue;
             };
@@ -77,7 +87,15 @@ pub async fn run(
 
 /// What the sweep publishes for `app` in the cycle that began at `cycle_start`.
 pub fn sweep_event(app: AppKey, cycle_start: SystemTime) -> Event {
-    Event::new(app, Cause::Sweep).with_fresh_since(Some(unix_millis(cycle_start)))
+    let cause = match app.set_name() {
+        Some(_) => Cause::AppSet {
+            why: "the sweep".into(),
+            refresh_only: false,
+            pull: None,
+        },
+        None => Cause::Sweep,
+    };
+    Event::new(app, cause).with_fresh_since(Some(unix_millis(cycle_start)))
 }
 
 /// The cycle whose moment for `app` falls in `(from, to]`, if any.

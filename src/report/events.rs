@@ -18,9 +18,18 @@ pub struct Events {
 
 impl Events {
     pub fn new(client: kube::Client, reporter: Reporter, app: &Application) -> Self {
+        Self::on(client, reporter, app.object_ref(&()))
+    }
+
+    /// Events on any object (an ApplicationSet).
+    pub fn on(
+        client: kube::Client,
+        reporter: Reporter,
+        reference: k8s_openapi::api::core::v1::ObjectReference,
+    ) -> Self {
         Self {
             recorder: Recorder::new(client, reporter),
-            reference: app.object_ref(&()),
+            reference,
         }
     }
 

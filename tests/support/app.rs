@@ -39,6 +39,29 @@ pub async fn install_crd(client: &kube::Client) {
     .expect("watch the CRD");
 }
 
+/// Applies the ApplicationSet CRD (beside the Application's) and waits
+/// until it is Established.
+pub async fn install_appset_crd(client: &kube::Client) {
+    install_crd(client).await;
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let crd = setpoint::api::ApplicationSet::crd();
+    let name = crd.metadata.name.clone().unwrap();
+    api.patch(
+        &name,
+        &PatchParams::apply("setpoint-tests").force(),
+        &Patch::Apply(&crd),
+    )
+    .await
+    .expect("apply the ApplicationSet CRD");
+    tokio::time::timeout(
+        Duration::from_secs(30),
+        await_condition(api, &name, conditions::is_crd_established()),
+    )
+    .await
+    .expect("the ApplicationSet CRD is Established in time")
+    .expect("watch the CRD");
+}
+
 /// A Setpoint context against the local control plane, with its own Git cache.
 pub async fn context() -> (Context, tempfile::TempDir) {
     let cache = tempfile::Builder::new()

@@ -1,5 +1,6 @@
 //! A local stand-in for the GitHub REST API, for the tests of commit
-//! statuses and webhook redelivery (GitHub itself cannot be reached from
+//! statuses, webhook redelivery, pull request comments and check runs, and
+//! the listing of open pull requests (GitHub itself cannot be reached from
 //! here). Each request is checked against the documented API (headers, the
 //! token, paths, bodies) and recorded; what breaks the documentation is kept
 //! as a violation and answered 400, as GitHub would refuse it. It can fail
@@ -98,6 +99,9 @@ pub struct ServerState {
     pub check_runs: HashMap<String, Vec<Value>>,
     /// The next comment id.
     pub next_comment: u64,
+    /// Open pull requests by `owner/repo`, in the order they are listed; a
+    /// repository never set answers 404.
+    pub pulls: HashMap<String, Vec<Value>>,
 }
 
 /// A local stand-in for the GitHub REST API: it checks each request
@@ -158,6 +162,18 @@ impl FakeGitHub {
             .get(&format!("{repo}#{number}"))
             .cloned()
             .unwrap_or_default()
+    }
+
+    /// Makes `repo` (`owner/name`) a repository whose open pull requests
+    /// are `pulls` (see [`pull_json`]), listed in this order. Their URLs and
+    /// base repository are filled in for `repo`, and the head repository
+    /// too unless the pull request comes from a fork.
+    pub fn set_pulls(&self, repo: &str, pulls: Vec<Value>) {
+        let pulls = pulls
+            .into_iter()
+            .map(|pull| place_pull(pull, &self.url, repo))
+            .collect();
+        self.state().pulls.insert(repo.to_owned(), pulls);
     }
 
     /// The check runs created on `owner/repo`, oldest first.
@@ -494,11 +510,181 @@ fn route(
             runs.push(run.clone());
             (201, vec![], run.to_string())
         }
+        // https://docs.github.com/rest/pulls/pulls#list-pull-requests
+        ("GET", ["repos", owner, repo, "pulls"]) => {
+            check_empty_body(request, violations);
+            let known: HashSet<&str> = [
+                "state",
+                "head",
+                "base",
+                "sort",
+                "direction",
+                "per_page",
+                "page",
+            ]
+            .into();
+            for (key, _) in &request.query {
+                if !known.contains(key.as_str()) {
+                    violations.push(format!("unknown parameter {key}"));
+                }
+            }
+            // GitHub lists open ones without `state`; the fake keeps open
+            // ones only, so it wants them asked for by name.
+            if request.query("state") != Some("open") {
+                violations.push(format!("state is {:?}, not open", request.query("state")));
+            }
+            let per_page = match request.query("per_page").map(str::parse::<usize>) {
+                None => 30,
+                Some(Ok(n)) if (1..=100).contains(&n) => n,
+                Some(_) => {
+                    violations.push("per_page is not 1..=100".into());
+                    30
+                }
+            };
+            let page = match request.query("page").map(str::parse::<usize>) {
+                None => 1,
+                Some(Ok(n)) if n >= 1 => n,
+                Some(_) => {
+                    violations.push("page is not a number from 1".into());
+                    1
+                }
+            };
+            let Some(all) = state.pulls.get(&format!("{owner}/{repo}")) else {
+                return not_found;
+            };
+            let items: Vec<Value> = all
+                .iter()
+                .skip((page - 1) * per_page)
+                .take(per_page)
+                .cloned()
+                .collect();
+            let last = all.len().div_ceil(per_page).max(1);
+            let link = |page: usize, rel: &str| {
+                format!(
+                    "<{url}/repos/{owner}/{repo}/pulls?state=open&per_page={per_page}&page={page}>; rel=\"{rel}\""
+                )
+            };
+            // As GitHub does: prev and first from the second page on, next
+            // and last before the last page.
+            let mut links = Vec::new();
+            if page > 1 {
+                links.push(link(page - 1, "prev"));
+            }
+            if page < last {
+                links.push(link(page + 1, "next"));
+                links.push(link(last, "last"));
+            }
+            if page > 1 {
+                links.push(link(1, "first"));
+            }
+            let headers = if links.is_empty() {
+                vec![]
+            } else {
+                vec![("link", links.join(", "))]
+            };
+            (200, headers, Value::Array(items).to_string())
+        }
         _ => {
             violations.push("no such endpoint".into());
             not_found
         }
     }
+}
+
+/// Stands for the repository in a [`pull_json`] until [`FakeGitHub::set_pulls`]
+/// names it.
+const SOME_REPO: &str = "OWNER/REPO";
+
+/// An open pull request as GitHub lists it (trimmed of the many URLs and
+/// of the users), from `branch` into `base`, its head at `head_sha`. Its
+/// repository is filled in by [`FakeGitHub::set_pulls`]; for a pull request
+/// from a fork, set `head.repo` after this.
+pub fn pull_json(number: u64, branch: &str, base: &str, head_sha: &str, labels: &[&str]) -> Value {
+    let now = Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
+    let labels: Vec<Value> = labels
+        .iter()
+        .enumerate()
+        .map(|(i, name)| {
+            json!({
+                "id": 208045946 + i,
+                "node_id": "MDU6TGFiZWwyMDgwNDU5NDY=",
+                "name": name,
+                "description": null,
+                "color": "f29513",
+                "default": false,
+            })
+        })
+        .collect();
+    let user = json!({"login": "octocat", "id": 1, "type": "User", "site_admin": false});
+    json!({
+        "url": null,
+        "id": 1000 + number,
+        "node_id": "MDExOlB1bGxSZXF1ZXN0MQ==",
+        "html_url": null,
+        "diff_url": null,
+        "patch_url": null,
+        "number": number,
+        "state": "open",
+        "locked": false,
+        "title": format!("Change {branch}"),
+        "user": user,
+        "body": null,
+        "labels": labels,
+        "milestone": null,
+        "active_lock_reason": null,
+        "created_at": now,
+        "updated_at": now,
+        "closed_at": null,
+        "merged_at": null,
+        "merge_commit_sha": null,
+        "assignee": null,
+        "assignees": [],
+        "requested_reviewers": [],
+        "requested_teams": [],
+        "head": {
+            "label": format!("octocat:{branch}"),
+            "ref": branch,
+            "sha": head_sha,
+            "user": user,
+            "repo": {"full_name": SOME_REPO},
+        },
+        "base": {
+            "label": format!("octocat:{base}"),
+            "ref": base,
+            "sha": "6dcb09b5b57875f334f61aebed695e2e4193db5e",
+            "user": user,
+            "repo": {"full_name": SOME_REPO},
+        },
+        "author_association": "OWNER",
+        "auto_merge": null,
+        "draft": false,
+    })
+}
+
+/// `pull` as a pull request of `repo` on the fake at `url`.
+fn place_pull(mut pull: Value, url: &str, repo: &str) -> Value {
+    let number = pull["number"].as_u64().unwrap_or_default();
+    let (owner, name) = repo.split_once('/').unwrap_or((repo, repo));
+    let repository = json!({
+        "id": 1296269,
+        "node_id": "MDEwOlJlcG9zaXRvcnkxMjk2MjY5",
+        "name": name,
+        "full_name": repo,
+        "owner": {"login": owner, "id": 1, "type": "User"},
+        "private": false,
+        "html_url": format!("https://github.com/{repo}"),
+        "url": format!("{url}/repos/{repo}"),
+        "default_branch": "main",
+    });
+    pull["url"] = json!(format!("{url}/repos/{repo}/pulls/{number}"));
+    pull["html_url"] = json!(format!("https://github.com/{repo}/pull/{number}"));
+    pull["diff_url"] = json!(format!("https://github.com/{repo}/pull/{number}.diff"));
+    pull["patch_url"] = json!(format!("https://github.com/{repo}/pull/{number}.patch"));
+    pull["base"]["repo"] = repository.clone();
+    if pull["head"]["repo"]["full_name"] == SOME_REPO {
+        pull["head"]["repo"] = repository;
+    }
+    pull
 }
 
 /// An issue comment as GitHub returns it (trimmed to what clients read).

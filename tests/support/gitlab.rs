@@ -1,11 +1,15 @@
 //! A local stand-in for GitLab's REST API v4, the merge request notes a
-//! preview keeps (list, create, edit), each request checked against
+//! preview keeps (list, create, edit) and the open merge requests the
+//! ApplicationSet pull-request generator lists, each request checked against
 //! GitLab's documentation (the `PRIVATE-TOKEN` header, JSON bodies with a
 //! `body` only, pages of at most 100) and recorded; what breaks it is kept
 //! as a violation and answered 400.
+//!
+//! Shared by the unit tests of `src/preview/gitlab.rs` (through `#[path]`,
+//! with the fake GitHub as its `super::github`) and the integration tests.
 #![allow(dead_code)]
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
@@ -23,8 +27,13 @@ pub struct GitLabState {
     pub violations: Vec<String>,
     /// Notes by `project/iid`, oldest first.
     pub notes: HashMap<String, Vec<Value>>,
+    /// Open merge requests by project (its path or id, as set), in the order
+    /// they are listed; a project never set answers 404.
+    pub merge_requests: HashMap<String, Vec<Value>>,
     next_id: u64,
 }
+
+type Reply = (u16, Vec<(&'static str, String)>, String);
 
 pub struct FakeGitLab {
     /// The API URL: `http://127.0.0.1:PORT/api/v4`.
@@ -51,11 +60,15 @@ impl FakeGitLab {
                 tokio::spawn(async move {
                     let mut stream = BufReader::new(stream);
                     while let Some(request) = read_request(&mut stream).await {
-                        let (code, body) = answer(&mut state.lock().unwrap(), request);
-                        let head = format!(
-                            "HTTP/1.1 {code} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+                        let (code, headers, body) = answer(&mut state.lock().unwrap(), request);
+                        let mut head = format!(
+                            "HTTP/1.1 {code} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\n",
                             body.len()
                         );
+                        for (name, value) in headers {
+                            head.push_str(&format!("{name}: {value}\r\n"));
+                        }
+                        head.push_str("\r\n");
                         let stream = stream.get_mut();
                         if stream.write_all(head.as_bytes()).await.is_err()
                             || stream.write_all(body.as_bytes()).await.is_err()
@@ -67,6 +80,29 @@ impl FakeGitLab {
             }
         });
         FakeGitLab { url, state, task }
+    }
+
+    /// Makes `project` (a `group/project` path, or a numeric id) a project
+    /// whose open merge requests are `merge_requests` (see
+    /// [`merge_request_json`]), listed in this order; their URLs are filled
+    /// in for `project`.
+    pub fn set_merge_requests(&self, project: &str, merge_requests: Vec<Value>) {
+        let merge_requests = merge_requests
+            .into_iter()
+            .map(|mut merge_request| {
+                let iid = merge_request["iid"].as_u64().unwrap_or_default();
+                merge_request["web_url"] = json!(format!(
+                    "https://gitlab.example.com/{project}/-/merge_requests/{iid}"
+                ));
+                merge_request["references"]["full"] = json!(format!("{project}!{iid}"));
+                merge_request
+            })
+            .collect();
+        self.state
+            .lock()
+            .unwrap()
+            .merge_requests
+            .insert(project.to_owned(), merge_requests);
     }
 
     pub fn notes(&self, project: &str, iid: u64) -> Vec<Value> {
@@ -108,7 +144,40 @@ fn note_body(request: &Received, violations: &mut Vec<String>) -> Option<String>
     }
 }
 
-fn answer(state: &mut GitLabState, request: Received) -> (u16, String) {
+fn not_found(what: &str) -> Reply {
+    (
+        404,
+        vec![],
+        json!({ "message": format!("404 {what} Not Found") }).to_string(),
+    )
+}
+
+/// A project path segment as GitLab reads it: `group%2Fproject` is
+/// `group/project`.
+fn decode_segment(segment: &str) -> String {
+    let bytes = segment.as_bytes();
+    let mut decoded = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = bytes
+            .get(i + 1..i + 3)
+            .and_then(|hex| std::str::from_utf8(hex).ok())
+            .and_then(|hex| u8::from_str_radix(hex, 16).ok());
+        match (bytes[i], hex) {
+            (b'%', Some(byte)) => {
+                decoded.push(byte);
+                i += 3;
+            }
+            (byte, _) => {
+                decoded.push(byte);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&decoded).into_owned()
+}
+
+fn answer(state: &mut GitLabState, request: Received) -> Reply {
     state.received.push(request.clone());
     let mut violations = Vec::new();
     if request.header("private-token") != Some(TOKEN) {
@@ -154,7 +223,11 @@ fn answer(state: &mut GitLabState, request: Received) -> (u16, String) {
                 .skip((page - 1) * per_page)
                 .take(per_page)
                 .collect();
-            (200, Value::Array(items).to_string())
+            (200, vec![], Value::Array(items).to_string())
+        }
+        // https://docs.gitlab.com/api/merge_requests/#list-project-merge-requests
+        ("GET", ["api", "v4", "projects", project, "merge_requests"]) => {
+            list_merge_requests(state, &request, project, &mut violations)
         }
         // https://docs.gitlab.com/api/notes/#create-new-merge-request-note
         (
@@ -178,9 +251,13 @@ fn answer(state: &mut GitLabState, request: Received) -> (u16, String) {
                     .entry(format!("{project}/{iid}"))
                     .or_default()
                     .push(note.clone());
-                (201, note.to_string())
+                (201, vec![], note.to_string())
             }
-            None => (400, json!({"message": "body is missing"}).to_string()),
+            None => (
+                400,
+                vec![],
+                json!({"message": "body is missing"}).to_string(),
+            ),
         },
         // https://docs.gitlab.com/api/notes/#modify-existing-merge-request-note
         (
@@ -204,16 +281,20 @@ fn answer(state: &mut GitLabState, request: Received) -> (u16, String) {
                 {
                     Some(note) => {
                         note["body"] = Value::String(body);
-                        (200, note.to_string())
+                        (200, vec![], note.to_string())
                     }
-                    None => (404, json!({"message": "404 Not found"}).to_string()),
+                    None => not_found("Note"),
                 }
             }
-            None => (400, json!({"message": "body is missing"}).to_string()),
+            None => (
+                400,
+                vec![],
+                json!({"message": "body is missing"}).to_string(),
+            ),
         },
         _ => {
             violations.push("no such endpoint".into());
-            (404, json!({"message": "404 Not found"}).to_string())
+            (404, vec![], json!({"message": "404 Not found"}).to_string())
         }
     };
     if violations.is_empty() {
@@ -223,5 +304,171 @@ fn answer(state: &mut GitLabState, request: Received) -> (u16, String) {
     state
         .violations
         .push(format!("{} {}: {message}", request.method, request.path));
-    (400, json!({ "message": message }).to_string())
+    (400, vec![], json!({ "message": message }).to_string())
+}
+
+/// A page of `project`'s open merge requests, with GitLab's offset
+/// pagination headers (`x-next-page` empty on the last page) and `Link`.
+fn list_merge_requests(
+    state: &GitLabState,
+    request: &Received,
+    project: &str,
+    violations: &mut Vec<String>,
+) -> Reply {
+    if !request.body.is_empty() {
+        violations.push("a body where the API takes none".into());
+    }
+    let known: HashSet<&str> = [
+        "state",
+        "per_page",
+        "page",
+        "order_by",
+        "sort",
+        "labels",
+        "with_labels_details",
+        "milestone",
+        "view",
+        "scope",
+        "author_id",
+        "assignee_id",
+        "source_branch",
+        "target_branch",
+        "search",
+        "wip",
+        "draft",
+        "created_after",
+        "created_before",
+        "updated_after",
+        "updated_before",
+    ]
+    .into();
+    for (key, _) in &request.query {
+        if !known.contains(key.as_str()) {
+            violations.push(format!("unknown parameter {key}"));
+        }
+    }
+    // GitLab lists every state without `state`; the fake keeps open ones
+    // only, so it wants them asked for.
+    if request.query("state") != Some("opened") {
+        violations.push(format!("state is {:?}, not opened", request.query("state")));
+    }
+    let per_page = match request.query("per_page").map(str::parse::<usize>) {
+        None => 20,
+        Some(Ok(n)) if (1..=100).contains(&n) => n,
+        Some(_) => {
+            violations.push("per_page is not 1..=100".into());
+            20
+        }
+    };
+    let page = match request.query("page").map(str::parse::<usize>) {
+        None => 1,
+        Some(Ok(n)) if n >= 1 => n,
+        Some(_) => {
+            violations.push("page is not a number from 1".into());
+            1
+        }
+    };
+    let Some(all) = state.merge_requests.get(&decode_segment(project)) else {
+        return not_found("Project");
+    };
+    let items: Vec<Value> = all
+        .iter()
+        .skip((page - 1) * per_page)
+        .take(per_page)
+        .cloned()
+        .collect();
+    let pages = all.len().div_ceil(per_page).max(1);
+    let next = if page < pages {
+        (page + 1).to_string()
+    } else {
+        String::new()
+    };
+    let prev = if page > 1 {
+        (page - 1).to_string()
+    } else {
+        String::new()
+    };
+    let link = |page: usize, rel: &str| {
+        format!(
+            "<http://gitlab.example.com/api/v4/projects/{project}/merge_requests?page={page}&per_page={per_page}&state=opened>; rel=\"{rel}\""
+        )
+    };
+    let mut links = Vec::new();
+    if page > 1 {
+        links.push(link(page - 1, "prev"));
+    }
+    if page < pages {
+        links.push(link(page + 1, "next"));
+    }
+    links.push(link(1, "first"));
+    links.push(link(pages, "last"));
+    let headers = vec![
+        ("x-page", page.to_string()),
+        ("x-per-page", per_page.to_string()),
+        ("x-next-page", next),
+        ("x-prev-page", prev),
+        ("x-total", all.len().to_string()),
+        ("x-total-pages", pages.to_string()),
+        ("link", links.join(", ")),
+    ];
+    (200, headers, Value::Array(items).to_string())
+}
+
+/// An open merge request as GitLab lists it (trimmed of the users), from
+/// `source_branch` into `target_branch`, its head at `sha`. Its URLs are
+/// filled in by [`FakeGitLab::set_merge_requests`].
+pub fn merge_request_json(
+    iid: u64,
+    source_branch: &str,
+    target_branch: &str,
+    sha: &str,
+    labels: &[&str],
+) -> Value {
+    let now = jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%S.000Z")
+        .to_string();
+    let author = json!({"id": 1, "username": "admin", "name": "Administrator", "state": "active"});
+    json!({
+        "id": 1000 + iid,
+        "iid": iid,
+        "project_id": 14,
+        "title": format!("Change {source_branch}"),
+        "description": "",
+        "state": "opened",
+        "created_at": now,
+        "updated_at": now,
+        "merged_by": null,
+        "merged_at": null,
+        "closed_by": null,
+        "closed_at": null,
+        "target_branch": target_branch,
+        "source_branch": source_branch,
+        "user_notes_count": 0,
+        "upvotes": 0,
+        "downvotes": 0,
+        "author": author,
+        "assignees": [],
+        "reviewers": [],
+        "source_project_id": 14,
+        "target_project_id": 14,
+        "labels": labels,
+        "draft": false,
+        "work_in_progress": false,
+        "milestone": null,
+        "merge_when_pipeline_succeeds": false,
+        "merge_status": "can_be_merged",
+        "detailed_merge_status": "mergeable",
+        "sha": sha,
+        "merge_commit_sha": null,
+        "squash_commit_sha": null,
+        "discussion_locked": null,
+        "should_remove_source_branch": null,
+        "force_remove_source_branch": false,
+        "reference": format!("!{iid}"),
+        "references": {"short": format!("!{iid}"), "relative": format!("!{iid}"), "full": null},
+        "web_url": null,
+        "squash": false,
+        "has_conflicts": false,
+        "blocking_discussions_resolved": true,
+    })
 }

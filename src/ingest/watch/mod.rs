@@ -87,7 +87,8 @@ impl Scope {
         }
     }
 
-    fn single(&self) -> Option<&str> {
+    /// The one namespace of the scope, when it is one.
+    pub fn single(&self) -> Option<&str> {
         let mut names = self.namespaces.iter();
         match (names.next(), names.next()) {
             (Some(only), None) => Some(only),
@@ -162,6 +163,8 @@ pub async fn run(
     let mut due: BTreeMap<AppKey, Due> = BTreeMap::new();
     let mut listing = true;
     let mut targets = Targets::default();
+    // The ApplicationSets' status summaries follow their Applications.
+    let mut summaries = crate::appset::watch::Summaries::default();
     tracing::info!(%scope, "watching Applications");
     let admitted = scope.clone();
     let AppReflector { writer, routes } = reflect;
@@ -272,6 +275,12 @@ pub async fn run(
                     };
                     publish(&queue, Event::new(key.clone(), cause)).await;
                 }
+                if let Some(set) = summaries.apply(&app)
+                    && apps
+                    && !listing
+                {
+                    publish(&queue, crate::appset::watch::refresh_event(set)).await;
+                }
                 let generation = app.metadata.generation;
                 let previous = generations.insert(key.clone(), generation);
                 // New after the first listing, or its spec changed.
@@ -286,6 +295,11 @@ pub async fn run(
             WatchEvent::Delete(app) => {
                 let key = AppKey::new(app.namespace().unwrap_or_default(), app.name_any());
                 targets.remove(&key);
+                if let Some(set) = summaries.delete(&app)
+                    && apps
+                {
+                    publish(&queue, crate::appset::watch::refresh_event(set)).await;
+                }
                 dependents.delete(&key);
                 due.entry(key.clone()).or_insert(Due::Changed);
                 generations.remove(&key);

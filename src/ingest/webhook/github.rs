@@ -55,12 +55,23 @@ async fn receive(
         "ping" => return Ok(Reply::Pong),
         "push" => {}
         "pull_request" => {
+            // The ApplicationSets listing this repository's pull requests
+            // hear of every action (opened, pushed to, labelled, closed).
+            let sets = match pull_change(body)? {
+                Some(change) => {
+                    state
+                        .enqueue_pull_sets(Provider::GitHub, delivery, change, body)
+                        .await?
+                }
+                None => Vec::new(),
+            };
             return match parse_pull_request(body, delivery)? {
                 PullRequestEvent::Preview(pull) => {
                     state
                         .enqueue_preview(Provider::GitHub, delivery, *pull, body)
                         .await
                 }
+                PullRequestEvent::Ignored(_) if !sets.is_empty() => Ok(Reply::Accepted(sets)),
                 PullRequestEvent::Ignored(action) => Ok(Reply::Ignored(format!(
                     "pull_request ({})",
                     super::echo(&action)
@@ -131,6 +142,38 @@ struct PullRequestFields {
     base: Branch,
     #[serde(default)]
     updated_at: Option<String>,
+    /// `open` or `closed`.
+    #[serde(default)]
+    state: Option<String>,
+    #[serde(default)]
+    labels: Vec<Label>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Label {
+    name: String,
+}
+
+/// What a `pull_request` delivery tells the ApplicationSets' pull request
+/// generators; None for a delivery that names no base repository.
+fn pull_change(body: &[u8]) -> Result<Option<crate::event::PullChange>, WebhookError> {
+    let payload: PullRequestPayload = super::payload_from(super::parse_json(body)?)?;
+    let fields = payload.pull_request;
+    super::check_commit("pull_request.head.sha", &fields.head.sha)?;
+    let Some(project) = fields.base.repo.map(|r| r.full_name) else {
+        return Ok(None);
+    };
+    let open = payload.action != "closed" && fields.state.as_deref() != Some("closed");
+    Ok(Some(crate::event::PullChange {
+        provider: "github".into(),
+        project: super::untrusted::Untrusted::capped(&project, 200).to_string(),
+        number: payload.number,
+        open,
+        branch: fields.head.branch,
+        target_branch: fields.base.branch,
+        head_sha: fields.head.sha,
+        labels: fields.labels.into_iter().map(|l| l.name).collect(),
+    }))
 }
 
 #[derive(Debug, Deserialize)]

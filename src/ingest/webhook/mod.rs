@@ -110,6 +110,17 @@ pub trait AppIndex: Send + Sync {
     fn route(&self, push: &Push) -> Vec<route::Routed> {
         route::route_why(push, &self.apps())
     }
+
+    /// The ApplicationSets whose git generators `push` moves.
+    fn sets_for_push(&self, _push: &Push) -> Vec<AppKey> {
+        Vec::new()
+    }
+
+    /// The ApplicationSets whose pull request generators list `change`'s
+    /// repository.
+    fn sets_for_pull(&self, _change: &crate::event::PullChange) -> Vec<AppKey> {
+        Vec::new()
+    }
 }
 
 /// A fixed list, for tests and static setups.
@@ -436,7 +447,9 @@ impl WebhookState {
         body: &[u8],
     ) -> Result<Reply, WebhookError> {
         let routed = self.0.apps.route(push);
-        let keys: Vec<AppKey> = routed.iter().map(|r| r.key.clone()).collect();
+        let sets = self.0.apps.sets_for_push(push);
+        let mut keys: Vec<AppKey> = routed.iter().map(|r| r.key.clone()).collect();
+        keys.extend(sets.iter().cloned());
         if keys.is_empty() {
             info!(
                 provider = provider.as_str(),
@@ -463,6 +476,16 @@ impl WebhookState {
         let cause_delivery = delivery
             .map(|id| Untrusted::capped(id, MAX_DELIVERY_ID).to_string())
             .unwrap_or_default();
+        let set_events = sets.into_iter().map(|set| {
+            Event::new(
+                set,
+                Cause::AppSet {
+                    why: format!("a push to {}", Untrusted(&push.git_ref)),
+                    refresh_only: false,
+                    pull: None,
+                },
+            )
+        });
         let events: Vec<Event> = routed
             .into_iter()
             .map(|routed| {
@@ -476,6 +499,7 @@ impl WebhookState {
                 };
                 Event::new(routed.key, cause).with_revision(Some(push.commit.clone()))
             })
+            .chain(set_events)
             .collect();
         if let Err(err) = self.publish(&events).await {
             self.forget(&claimed).await;
@@ -565,6 +589,62 @@ impl WebhookState {
             "pull request preview enqueued"
         );
         Ok(Reply::Preview(key, apps))
+    }
+
+    /// Publishes one evaluation for each ApplicationSet whose pull request
+    /// generator lists `change`'s repository, carrying what the delivery
+    /// said. Deduplicated by the payload, apart from the preview's records.
+    async fn enqueue_pull_sets(
+        &self,
+        provider: Provider,
+        delivery: Option<&str>,
+        change: crate::event::PullChange,
+        body: &[u8],
+    ) -> Result<Vec<AppKey>, WebhookError> {
+        let sets = self.0.apps.sets_for_pull(&change);
+        if sets.is_empty() {
+            return Ok(sets);
+        }
+        let record = RecordKey::new(&[
+            b"pull-sets",
+            provider.as_str().as_bytes(),
+            change.project.as_bytes(),
+            change.number.to_string().as_bytes(),
+            body,
+        ]);
+        let Some(claimed) = self.claim(record, provider, None).await? else {
+            return Ok(Vec::new());
+        };
+        let why = format!(
+            "pull request #{} {}",
+            change.number,
+            if change.open { "open" } else { "closed" }
+        );
+        let events: Vec<Event> = sets
+            .iter()
+            .map(|set| {
+                Event::new(
+                    set.clone(),
+                    Cause::AppSet {
+                        why: why.clone(),
+                        refresh_only: false,
+                        pull: Some(change.clone()),
+                    },
+                )
+            })
+            .collect();
+        if let Err(err) = self.publish(&events).await {
+            self.forget(&claimed).await;
+            return Err(err);
+        }
+        info!(
+            provider = provider.as_str(),
+            delivery = %Untrusted(delivery.unwrap_or_default()),
+            pull = change.number,
+            sets = ?sets.iter().map(AppKey::to_string).collect::<Vec<_>>(),
+            "pull request routed to ApplicationSets"
+        );
+        Ok(sets)
     }
 
     /// Forgets records this delivery claimed before it failed; one that

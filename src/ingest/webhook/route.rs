@@ -392,7 +392,7 @@ pub fn repository_keys(push: &Push) -> BTreeSet<String> {
 /// the host ignores case: on the pushing host (`case_insensitive`), and on
 /// GitHub's and GitLab's. A host never matches another host, so folding on
 /// the push's say-so cannot join two repositories of different hosts.
-fn comparable(url: &str, case_insensitive: bool) -> String {
+pub fn comparable(url: &str, case_insensitive: bool) -> String {
     let key = normalize_url(url);
     if key.starts_with("file://") {
         return key;

@@ -40,7 +40,7 @@ mod pulls;
 mod statuses;
 
 pub use hooks::{HookRef, HookScope, Redelivery, RedeliveryReport};
-pub use pulls::{CheckRun, CommentPosted, PullRequests};
+pub use pulls::{CheckRun, CommentPosted, OpenPull, PullRequests};
 pub use statuses::{CommitStatus, CommitStatuses, State};
 
 /// github.com's API; GitHub Enterprise Server's is `https://HOST/api/v3`.
@@ -52,7 +52,7 @@ const MESSAGE_LIMIT: usize = 300;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 const READ_TIMEOUT: Duration = Duration::from_secs(30);
 const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
-/// GitHub's maximum page size for deliveries.
+/// GitHub's maximum page size (deliveries, comments, pull requests).
 const PER_PAGE: u32 = 100;
 /// A bound on one listing, should the cutoff never be reached: 10,000
 /// deliveries within the lookback is far more than a push hook sees.
@@ -231,10 +231,11 @@ pub fn status_context(namespace: &str, app: &str) -> String {
 }
 
 // The fake GitHub lives with the integration tests' support, which run
-// `setpoint` against it too.
+// `setpoint` against it too. The fake GitLab (`src/preview/gitlab.rs`)
+// reads its requests with this one's reader.
 #[cfg(test)]
 #[path = "../../../tests/support/github.rs"]
-mod fake;
+pub(crate) mod fake;
 
 #[cfg(test)]
 mod tests;

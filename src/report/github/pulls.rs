@@ -1,6 +1,7 @@
 //! Pull requests: the one comment Setpoint keeps on each (found again by a
 //! hidden marker and edited in place, never one per push) and check runs on
 //! their head commits. The previews (`src/preview/`) decide what they say.
+//! The open ones are listed for the ApplicationSet pull-request generator.
 //!
 //! Check runs can only be created with a GitHub App's installation token; a
 //! personal token gets a 403, which the caller logs (the comment still
@@ -33,6 +34,68 @@ pub struct CheckRun {
     pub status: CheckRunStatus,
     pub conclusion: CheckRunConclusion,
     pub output: CheckRunOutput,
+}
+
+/// An open pull request (or GitLab merge request) as the pull-request
+/// generator sees it: enough to name, check out and label an Application.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OpenPull {
+    pub number: u64,
+    /// The head branch (`head.ref`); on a fork, the fork's branch.
+    pub branch: String,
+    /// The branch it would merge into (`base.ref`).
+    pub target_branch: String,
+    pub head_sha: String,
+    pub labels: Vec<String>,
+    /// As GitHub gives it (RFC 3339), so a generator can requeue on change.
+    pub updated_at: Option<String>,
+}
+
+/// A bound on one listing of open pull requests: 5,000 of them. Past it the
+/// listing is an error, not a partial answer a generator would prune by.
+const MAX_PULL_PAGES: usize = 50;
+
+/// One item of GitHub's pull request list, the fields [`OpenPull`] keeps.
+#[derive(Deserialize)]
+struct ListedPull {
+    number: u64,
+    head: ListedHead,
+    base: ListedBase,
+    #[serde(default)]
+    labels: Vec<ListedLabel>,
+    #[serde(default)]
+    updated_at: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct ListedHead {
+    #[serde(rename = "ref")]
+    branch: String,
+    sha: String,
+}
+
+#[derive(Deserialize)]
+struct ListedBase {
+    #[serde(rename = "ref")]
+    branch: String,
+}
+
+#[derive(Deserialize)]
+struct ListedLabel {
+    name: String,
+}
+
+impl From<ListedPull> for OpenPull {
+    fn from(pull: ListedPull) -> OpenPull {
+        OpenPull {
+            number: pull.number,
+            branch: pull.head.branch,
+            target_branch: pull.base.branch,
+            head_sha: pull.head.sha,
+            labels: pull.labels.into_iter().map(|label| label.name).collect(),
+            updated_at: pull.updated_at,
+        }
+    }
 }
 
 #[derive(Deserialize)]
@@ -157,6 +220,35 @@ impl PullRequests {
             }
         }
         Ok(None)
+    }
+
+    /// Every open pull request of `owner/repo`, through every page, in
+    /// GitHub's order (newest first). A listing cut short by
+    /// [`MAX_PULL_PAGES`] is an error: a generator given part of the list
+    /// would delete the Applications of the rest.
+    pub async fn list_open(&self, owner: &str, repo: &str) -> Result<Vec<OpenPull>, GitHubError> {
+        check_names(owner, repo)?;
+        // https://docs.github.com/rest/pulls/pulls#list-pull-requests
+        let action = format!("list the open pull requests of {owner}/{repo}");
+        let mut path = format!("/repos/{owner}/{repo}/pulls?state=open&per_page={PER_PAGE}");
+        let mut open = Vec::new();
+        for _ in 0..MAX_PULL_PAGES {
+            let answer = self.api.send(&action, Request::get(&path)).await?;
+            let pulls: Vec<ListedPull> =
+                serde_json::from_str(&answer.body).map_err(|e| GitHubError::Decode {
+                    action: action.clone(),
+                    reason: e.to_string(),
+                })?;
+            open.extend(pulls.into_iter().map(OpenPull::from));
+            match next_link(&answer.headers) {
+                Some(next) => path = self.api.same_origin(&next, &action)?,
+                None => return Ok(open),
+            }
+        }
+        Err(GitHubError::Decode {
+            action,
+            reason: format!("more than {MAX_PULL_PAGES} pages of {PER_PAGE}"),
+        })
     }
 
     /// https://docs.github.com/rest/checks/runs#create-a-check-run

@@ -5,7 +5,7 @@ use super::*;
 
 use serde_json::{Value, json};
 
-use super::fake::{API_VERSION, FakeGitHub, Fault, TOKEN, delivery};
+use super::fake::{API_VERSION, FakeGitHub, Fault, TOKEN, delivery, pull_json};
 
 const SHA: &str = "0123456789abcdef0123456789abcdef01234567";
 const HOOK: &str = "/repos/acme/deploy/hooks/42";
@@ -678,4 +678,138 @@ async fn statuses_for_an_application() {
         .unwrap_err();
     assert!(matches!(error, GitHubError::NotGitHub { .. }));
     assert!(!error.to_string().contains("pw"), "{error}");
+}
+
+/// A head commit for pull request `number`.
+fn head_sha(number: u64) -> String {
+    format!("{number:040x}")
+}
+
+#[tokio::test]
+async fn open_pulls_are_listed_through_every_page() {
+    let github = FakeGitHub::start().await;
+    let pulls: Vec<Value> = (1..=130)
+        .rev()
+        .map(|n| pull_json(n, &format!("feature-{n}"), "main", &head_sha(n), &[]))
+        .collect();
+    github.set_pulls("acme/deploy", pulls);
+    let client = PullRequests::new(&settings(&github)).unwrap();
+    let open = client.list_open("acme", "deploy").await.unwrap();
+
+    let numbers: Vec<u64> = open.iter().map(|pull| pull.number).collect();
+    assert_eq!(numbers, (1..=130).rev().collect::<Vec<_>>());
+    assert_eq!(open[0].branch, "feature-130");
+    assert_eq!(open[129].head_sha, head_sha(1));
+    let lists = github.received_on("GET", "/repos/acme/deploy/pulls");
+    assert_eq!(lists.len(), 2);
+    for list in &lists {
+        assert_eq!(list.query("state"), Some("open"));
+        assert_eq!(list.query("per_page"), Some("100"));
+    }
+    assert_eq!(lists[0].query("page"), None);
+    assert_eq!(lists[1].query("page"), Some("2"));
+    assert_eq!(github.violations(), Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn open_pulls_keep_branches_sha_and_labels() {
+    let github = FakeGitHub::start().await;
+    let mut from_fork = pull_json(7, "fix-typo", "release-1.2", SHA, &["preview", "team-a"]);
+    from_fork["head"]["repo"] = json!({"full_name": "someone/deploy"});
+    let updated_at = from_fork["updated_at"].as_str().unwrap().to_owned();
+    github.set_pulls(
+        "acme/deploy",
+        vec![
+            from_fork,
+            pull_json(3, "main-fix", "main", &head_sha(3), &[]),
+        ],
+    );
+    let client = PullRequests::new(&settings(&github)).unwrap();
+    let open = client.list_open("acme", "deploy").await.unwrap();
+
+    assert_eq!(
+        open,
+        [
+            OpenPull {
+                number: 7,
+                branch: "fix-typo".into(),
+                target_branch: "release-1.2".into(),
+                head_sha: SHA.into(),
+                labels: vec!["preview".into(), "team-a".into()],
+                updated_at: Some(updated_at.clone()),
+            },
+            OpenPull {
+                number: 3,
+                branch: "main-fix".into(),
+                target_branch: "main".into(),
+                head_sha: head_sha(3),
+                labels: vec![],
+                updated_at: Some(updated_at),
+            },
+        ]
+    );
+    // No pull request at all is an empty list, not an error.
+    github.set_pulls("acme/empty", vec![]);
+    assert_eq!(client.list_open("acme", "empty").await.unwrap(), []);
+    assert_eq!(github.violations(), Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn open_pulls_of_an_unknown_repository_are_an_error_naming_it() {
+    let github = FakeGitHub::start().await;
+    let client = PullRequests::new(&settings(&github)).unwrap();
+    let error = client.list_open("acme", "missing").await.unwrap_err();
+
+    assert_eq!(error.status_code(), Some(404), "{error}");
+    assert!(error.to_string().contains("acme/missing"), "{error}");
+    assert_eq!(github.received().len(), 1, "a 404 is not retried");
+    assert_eq!(github.violations(), Vec::<String>::new());
+
+    let error = client.list_open("acme", "../orgs").await.unwrap_err();
+    assert!(matches!(error, GitHubError::InvalidSettings(_)), "{error}");
+    assert_eq!(github.received().len(), 1);
+}
+
+#[tokio::test]
+async fn open_pulls_are_listed_with_the_token() {
+    let github = FakeGitHub::start().await;
+    github.set_pulls(
+        "acme/deploy",
+        vec![pull_json(1, "feature", "main", SHA, &[])],
+    );
+    let client = PullRequests::new(&settings(&github)).unwrap();
+    client.list_open("acme", "deploy").await.unwrap();
+
+    let lists = github.received_on("GET", "/pulls");
+    assert_eq!(lists.len(), 1);
+    assert_eq!(
+        lists[0].headers("authorization"),
+        [format!("Bearer {TOKEN}")]
+    );
+    assert_eq!(
+        lists[0].header("accept"),
+        Some("application/vnd.github+json")
+    );
+    assert_eq!(lists[0].header("x-github-api-version"), Some(API_VERSION));
+    assert!(lists[0].body.is_empty());
+    assert_eq!(github.violations(), Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn listing_open_pulls_retries_a_bad_gateway() {
+    let github = FakeGitHub::start().await;
+    github.set_pulls(
+        "acme/deploy",
+        vec![pull_json(1, "feature", "main", SHA, &[])],
+    );
+    github.fail_next([Fault::Status(502)]);
+    let client = PullRequests::new(&settings(&github)).unwrap();
+    let open = client.list_open("acme", "deploy").await.unwrap();
+
+    assert_eq!(open.len(), 1);
+    assert_eq!(
+        github.received_on("GET", "/repos/acme/deploy/pulls").len(),
+        2
+    );
+    assert_eq!(github.violations(), Vec::<String>::new());
 }

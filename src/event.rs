@@ -122,6 +122,9 @@ pub struct PullChange {
     pub provider: String,
     /// `owner/repo` on GitHub, the project's path on GitLab.
     pub project: String,
+    /// GitLab's numeric project id (a generator may name either).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub project_id: Option<String>,
     pub number: u64,
     /// Still open (else closed or merged).
     pub open: bool,

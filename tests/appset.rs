@@ -23,11 +23,22 @@ fn configmap(name: &str) -> String {
 }
 
 /// Setpoint on `ns` with a webhook; the process and its port.
-async fn start(ns: &TestNamespace, cache: &std::path::Path, env: &[(&str, &str)]) -> (Setpoint, u16) {
+async fn start(
+    ns: &TestNamespace,
+    cache: &std::path::Path,
+    env: &[(&str, &str)],
+) -> (Setpoint, u16) {
     let listen = format!("127.0.0.1:{}", free_port());
     let mut setpoint = Setpoint::scoped(
         &ns.name,
-        &["run", "--listen", &listen, "--github-secret", SECRET, "--no-sweep"],
+        &[
+            "run",
+            "--listen",
+            &listen,
+            "--github-secret",
+            SECRET,
+            "--no-sweep",
+        ],
         env,
         cache,
     );
@@ -148,15 +159,24 @@ async fn a_push_adding_a_directory_creates_and_syncs_its_application_and_removin
         "repoURL": repo.url(),
         "directories": [{ "path": "apps/*" }, { "path": "apps/skip", "exclude": true }]
     }}]);
-    create_set(&ns, &directory_set(&ns, "fleet", &repo, generators, json!({}))).await;
+    create_set(
+        &ns,
+        &directory_set(&ns, "fleet", &repo, generators, json!({})),
+    )
+    .await;
     for app in ["api", "web"] {
-        wait_for(&format!("{app} synced"), DEADLINE, || synced_at(&ns, app, &first)).await;
+        wait_for(&format!("{app} synced"), DEADLINE, || {
+            synced_at(&ns, app, &first)
+        })
+        .await;
     }
     assert_eq!(owned(&ns, "fleet").await, ["api", "web"]);
     let web = ns.api::<Application>().get("web").await.unwrap();
     assert_eq!(web.labels().get("team").map(String::as_str), Some("apps"));
     assert_eq!(
-        web.labels().get("setpoint.dev/application-set").map(String::as_str),
+        web.labels()
+            .get("setpoint.dev/application-set")
+            .map(String::as_str),
         Some("fleet")
     );
     assert_eq!(web.spec.source.path.as_deref(), Some("apps/web"));
@@ -184,7 +204,9 @@ async fn a_push_adding_a_directory_creates_and_syncs_its_application_and_removin
     push(port, &repo, &third, &["apps/new/cm.yaml"]);
     wait_for("new deleted", DEADLINE, || async {
         let names = owned(&ns, "fleet").await;
-        (names == ["api", "web"]).then_some(()).ok_or(format!("{names:?}"))
+        (names == ["api", "web"])
+            .then_some(())
+            .ok_or(format!("{names:?}"))
     })
     .await;
     let logs = setpoint.logs();
@@ -210,11 +232,16 @@ async fn an_unknown_parameter_is_an_error_on_the_status_and_creates_nothing() {
     );
     set.spec.template.metadata.name = "{{ path.basenam }}".into();
     create_set(&ns, &set).await;
-    let (reason, message) =
-        wait_for("Ready=False", DEADLINE, || ready(&ns, "typo", ConditionStatus::False)).await;
+    let (reason, message) = wait_for("Ready=False", DEADLINE, || {
+        ready(&ns, "typo", ConditionStatus::False)
+    })
+    .await;
     assert_eq!(reason, "UnknownParameter");
     assert!(message.contains("path.basenam"), "{message}");
-    assert!(message.contains("path.basename"), "the message lists the parameters: {message}");
+    assert!(
+        message.contains("path.basename"),
+        "the message lists the parameters: {message}"
+    );
     let status = set_status(&ns, "typo").await;
     assert!(
         status
@@ -223,18 +250,30 @@ async fn an_unknown_parameter_is_an_error_on_the_status_and_creates_nothing() {
             .any(|c| c.type_ == ConditionType::Stalled && c.status == ConditionStatus::True),
         "{status:?}"
     );
-    assert!(ns.api::<Application>().list(&Default::default()).await.unwrap().items.is_empty());
+    assert!(
+        ns.api::<Application>()
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
 
     // Fixed: the Application comes.
     ns.api::<ApplicationSet>()
         .patch(
             "typo",
             &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"template": {"metadata": {"name": "{{ path.basename }}"}}}})),
+            &Patch::Merge(
+                json!({"spec": {"template": {"metadata": {"name": "{{ path.basename }}"}}}}),
+            ),
         )
         .await
         .unwrap();
-    wait_for("Ready=True", DEADLINE, || ready(&ns, "typo", ConditionStatus::True)).await;
+    wait_for("Ready=True", DEADLINE, || {
+        ready(&ns, "typo", ConditionStatus::True)
+    })
+    .await;
     assert_eq!(owned(&ns, "typo").await, ["web"]);
     let _ = ns
         .api::<ApplicationSet>()

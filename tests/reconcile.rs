@@ -13,7 +13,7 @@ use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::{Api, ResourceExt};
 use setpoint::api::{ConditionStatus, ConditionType, Health, Sync};
-use setpoint::reconcile::Request;
+use setpoint::reconcile::{Request, reconcile};
 use support::app::{
     automated, context, create_app, event_notes, get_app, install_crd, reconcile_app,
 };
@@ -804,4 +804,79 @@ async fn a_reconcile_from_a_stale_read_keeps_what_another_wrote_since() {
     );
     assert_eq!(now.status.as_ref().unwrap().sync.status, Sync::Synced);
     assert_eq!(outcome.status, now.status.unwrap());
+}
+
+/// An Application with the resources finalizer (Argo CD's name, or
+/// Setpoint's) takes its objects with it when deleted; one without leaves
+/// them, as in Argo CD.
+#[tokio::test]
+async fn deleting_an_application_with_the_resources_finalizer_deletes_its_objects() {
+    let ns = TestNamespace::new("finalizer").await;
+    install_crd(&ns.client).await;
+    let (ctx, _cache) = context().await;
+    let repo = GitRepo::new();
+    repo.write("with/cm.yaml", &configmap_yaml("with-finalizer", "a"))
+        .write("without/cm.yaml", &configmap_yaml("without-finalizer", "a"));
+    repo.commit("two apps");
+    let apps = ns.api::<setpoint::api::Application>();
+    for (app, path, finalizer) in [
+        (
+            "with",
+            "with",
+            Some(setpoint::reconcile::finalize::ARGO_CD_FINALIZER),
+        ),
+        ("without", "without", None),
+    ] {
+        create_app(&ns, app, &repo.url(), path, automated(true, false)).await;
+        if let Some(finalizer) = finalizer {
+            apps.patch(
+                app,
+                &PatchParams::default(),
+                &Patch::Merge(serde_json::json!({"metadata": {"finalizers": [finalizer]}})),
+            )
+            .await
+            .unwrap();
+        }
+        reconcile_app(&ctx, &ns, app, &Request::default())
+            .await
+            .unwrap();
+    }
+    let configmaps = ns.api::<ConfigMap>();
+    assert!(
+        configmaps
+            .get_opt("with-finalizer")
+            .await
+            .unwrap()
+            .is_some()
+    );
+    for app in ["with", "without"] {
+        apps.delete(app, &DeleteParams::default()).await.unwrap();
+    }
+    // Held by its finalizer until a reconcile deletes its objects.
+    let held = get_app(&ns, "with").await;
+    assert!(held.metadata.deletion_timestamp.is_some());
+    let outcome = reconcile(&ctx, &held, &Request::default()).await.unwrap();
+    assert_eq!(outcome.pruned.len(), 1, "{:?}", outcome.pruned);
+    wait_for("the Application gone", DEADLINE, || async {
+        match apps.get_opt("with").await.map_err(|e| e.to_string())? {
+            None => Ok(()),
+            Some(app) => Err(format!("finalizers {:?}", app.metadata.finalizers)),
+        }
+    })
+    .await;
+    assert!(
+        configmaps
+            .get_opt("with-finalizer")
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(
+        configmaps
+            .get_opt("without-finalizer")
+            .await
+            .unwrap()
+            .is_some(),
+        "without the finalizer the objects stay"
+    );
 }

@@ -224,6 +224,11 @@ pub struct TemplateMetadata {
     pub labels: BTreeMap<String, String>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub annotations: BTreeMap<String, String>,
+    /// Set on each Application as it is: `setpoint.dev/resources-finalizer`
+    /// (or Argo CD's `resources-finalizer.argocd.argoproj.io`) makes the
+    /// deletion of a generated Application delete its objects too.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub finalizers: Vec<String>,
 }
 
 /// What an evaluation may do to the set's Applications.

@@ -45,7 +45,11 @@ pub struct Evaluated {
 }
 
 /// Evaluates the ApplicationSet of `key` (see the module's doc).
-pub async fn evaluate(ctx: &Context, key: &AppKey, batch: &Batch) -> Result<Evaluated, AppSetError> {
+pub async fn evaluate(
+    ctx: &Context,
+    key: &AppKey,
+    batch: &Batch,
+) -> Result<Evaluated, AppSetError> {
     let name = key.set_name().unwrap_or(&key.name);
     let sets: Api<ApplicationSet> = Api::namespaced(ctx.client.clone(), &key.namespace);
     let Some(set) = sets.get_opt(name).await.map_err(AppSetError::Read)? else {
@@ -296,7 +300,12 @@ async fn announce(
 
 /// At most 20 names, then how many more.
 fn shortlist(names: &[String]) -> String {
-    let mut text = names.iter().take(20).cloned().collect::<Vec<_>>().join(", ");
+    let mut text = names
+        .iter()
+        .take(20)
+        .cloned()
+        .collect::<Vec<_>>()
+        .join(", ");
     if names.len() > 20 {
         text.push_str(&format!(" and {} more", names.len() - 20));
     }
@@ -305,7 +314,10 @@ fn shortlist(names: &[String]) -> String {
 
 /// The Applications of the set's namespace: from the watch's store when
 /// this process runs one, else one list.
-async fn applications(ctx: &Context, set: &ApplicationSet) -> Result<Vec<Application>, AppSetError> {
+async fn applications(
+    ctx: &Context,
+    set: &ApplicationSet,
+) -> Result<Vec<Application>, AppSetError> {
     let namespace = set.metadata.namespace.as_deref().unwrap_or_default();
     if let Some(store) = ctx.applications() {
         return Ok(store
@@ -349,7 +361,10 @@ fn existing(set: &ApplicationSet, app: &Application) -> Existing {
             .iter()
             .find(|r| r.kind == "ApplicationSet")
         {
-            Some(other) => Owner::Other(format!("owned by ApplicationSet {namespace}/{}", other.name)),
+            Some(other) => Owner::Other(format!(
+                "owned by ApplicationSet {namespace}/{}",
+                other.name
+            )),
             None => Owner::Other("made by hand or by another tool".into()),
         }
     };
@@ -376,8 +391,10 @@ async fn write_status(
     if set.status.as_ref() == Some(&status) {
         return Ok(false);
     }
-    let api: Api<ApplicationSet> =
-        Api::namespaced(ctx.client.clone(), set.metadata.namespace.as_deref().unwrap_or_default());
+    let api: Api<ApplicationSet> = Api::namespaced(
+        ctx.client.clone(),
+        set.metadata.namespace.as_deref().unwrap_or_default(),
+    );
     let patch = json!({
         "apiVersion": "setpoint.dev/v1alpha1",
         "kind": "ApplicationSet",

@@ -189,7 +189,9 @@ async fn list_pulls(ctx: &Context, source: &PullSource) -> Result<Vec<PullFact>,
                 .await
                 .map_err(|error| AppSetError::Pulls {
                     source_name: format!("GitHub {owner}/{repo}"),
-                    transient: error.status_code().is_none_or(|code| code >= 500 || code == 429),
+                    transient: error
+                        .status_code()
+                        .is_none_or(|code| code >= 500 || code == 429),
                     reason: error.to_string(),
                 })?
         }
@@ -224,7 +226,11 @@ async fn list_pulls(ctx: &Context, source: &PullSource) -> Result<Vec<PullFact>,
 
 /// The listing with what the webhooks said laid over it: a closed pull
 /// request leaves, an open one is there with the head its event named.
-pub fn overlay(mut listed: Vec<PullFact>, source: &PullSource, said: &[PullChange]) -> Vec<PullFact> {
+pub fn overlay(
+    mut listed: Vec<PullFact>,
+    source: &PullSource,
+    said: &[PullChange],
+) -> Vec<PullFact> {
     for change in said.iter().filter(|c| concerns(source, c)) {
         listed.retain(|p| p.number != change.number);
         if change.open {
@@ -251,7 +257,9 @@ pub fn concerns(source: &PullSource, change: &PullChange) -> bool {
                     .eq_ignore_ascii_case(&format!("{owner}/{repo}"))
         }
         PullSource::GitLab { project } => {
-            change.provider == "gitlab" && change.project.eq_ignore_ascii_case(project)
+            change.provider == "gitlab"
+                && (change.project.eq_ignore_ascii_case(project)
+                    || change.project_id.as_deref() == Some(project.as_str()))
         }
     }
 }
@@ -274,6 +282,7 @@ mod tests {
         PullChange {
             provider: "github".into(),
             project: "Acme/Deploy".into(),
+            project_id: None,
             number,
             open,
             branch: format!("feature-{number}"),
@@ -290,9 +299,16 @@ mod tests {
             repo: "deploy".into(),
         };
         let listed = vec![fact(1, "a"), fact(2, "b")];
-        let said = [change(1, false, "a"), change(3, true, "c"), change(2, true, "d")];
+        let said = [
+            change(1, false, "a"),
+            change(3, true, "c"),
+            change(2, true, "d"),
+        ];
         let got = overlay(listed, &source, &said);
-        let got: Vec<(u64, &str)> = got.iter().map(|p| (p.number, p.head_sha.as_str())).collect();
+        let got: Vec<(u64, &str)> = got
+            .iter()
+            .map(|p| (p.number, p.head_sha.as_str()))
+            .collect();
         assert_eq!(got, [(2, "d"), (3, "c")]);
         // Another repository's events change nothing.
         let other = PullSource::GitHub {

@@ -19,7 +19,7 @@ use serde_json::Value;
 
 use super::params::{Params, file_params, flatten, path_params, sanitize_name};
 use crate::api::{
-    ClusterGenerator, Combination, GitGenerator, GitPathPattern, Generator, LabelSelector,
+    ClusterGenerator, Combination, Generator, GitGenerator, GitPathPattern, LabelSelector,
     PullRequestGenerator,
 };
 use crate::source::git::SourceFile;
@@ -76,9 +76,14 @@ impl fmt::Debug for GitNeed {
 /// Where a pull request generator's pull requests come from.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum PullSource {
-    GitHub { owner: String, repo: String },
+    GitHub {
+        owner: String,
+        repo: String,
+    },
     /// A project id or path (`group/project`).
-    GitLab { project: String },
+    GitLab {
+        project: String,
+    },
 }
 
 impl fmt::Display for PullSource {
@@ -165,7 +170,11 @@ pub enum GenerateError {
         right: String,
     },
     #[error("{at} yields {count} parameter sets, more than the {max} one generator may yield")]
-    TooMany { at: String, count: usize, max: usize },
+    TooMany {
+        at: String,
+        count: usize,
+        max: usize,
+    },
 }
 
 fn invalid(at: &str, reason: impl Into<String>) -> GenerateError {
@@ -403,7 +412,10 @@ fn parse(generator: &Generator, at: String, depth: usize) -> Result<Node, Genera
         if children.len() != 2 {
             return Err(invalid(
                 &at,
-                format!("a matrix combines exactly 2 generators, not {}", children.len()),
+                format!(
+                    "a matrix combines exactly 2 generators, not {}",
+                    children.len()
+                ),
             ));
         }
         return Ok(Node {
@@ -416,7 +428,10 @@ fn parse(generator: &Generator, at: String, depth: usize) -> Result<Node, Genera
         if children.len() < 2 {
             return Err(invalid(
                 &at,
-                format!("a merge combines 2 or more generators, not {}", children.len()),
+                format!(
+                    "a merge combines 2 or more generators, not {}",
+                    children.len()
+                ),
             ));
         }
         if merge.merge_keys.is_empty() {
@@ -500,7 +515,9 @@ fn parse_patterns(
         if path.starts_with('/') || path == "." || path.starts_with("./") {
             return Err(invalid(
                 &at,
-                format!("{path:?}: paths are relative to the repository root, without a leading '/' or './'"),
+                format!(
+                    "{path:?}: paths are relative to the repository root, without a leading '/' or './'"
+                ),
             ));
         }
         let glob = GlobBuilder::new(path)
@@ -533,7 +550,10 @@ fn parse_patterns(
         parsed.include.push(Include { glob, hidden });
     }
     if parsed.include.is_empty() {
-        return Err(invalid(at, "every pattern is an exclude: nothing would match"));
+        return Err(invalid(
+            at,
+            "every pattern is an exclude: nothing would match",
+        ));
     }
     Ok(parsed)
 }
@@ -777,7 +797,10 @@ fn git_files(patterns: &Patterns, tree: &GitTree) -> Result<Vec<Params>, Generat
         .iter()
         .filter(|file| {
             patterns.include.iter().any(|i| i.glob.is_match(&file.path))
-                && !patterns.exclude.iter().any(|glob| glob.is_match(&file.path))
+                && !patterns
+                    .exclude
+                    .iter()
+                    .any(|glob| glob.is_match(&file.path))
         })
         .collect();
     files.sort_by(|a, b| a.path.cmp(&b.path));
@@ -885,7 +908,10 @@ fn pull_requests(pulls: &[PullFact], labels: &[String], filters: &[Filter]) -> V
         .filter(|pull| {
             filters.is_empty()
                 || filters.iter().any(|filter| {
-                    filter.branch.as_ref().is_none_or(|r| r.is_match(&pull.branch))
+                    filter
+                        .branch
+                        .as_ref()
+                        .is_none_or(|r| r.is_match(&pull.branch))
                         && filter
                             .target_branch
                             .as_ref()

@@ -44,7 +44,9 @@ pub enum AppSetError {
     Git(#[from] crate::source::git::GitError),
     #[error("git generator: cannot use {repo}: {reason}")]
     Credentials { repo: String, reason: String },
-    #[error("pull request generator: cannot list the open pull requests of {source_name}: {reason}")]
+    #[error(
+        "pull request generator: cannot list the open pull requests of {source_name}: {reason}"
+    )]
     Pulls {
         source_name: String,
         reason: String,

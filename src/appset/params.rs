@@ -63,7 +63,10 @@ pub fn path_params(dir: &str) -> Params {
     let mut params = Params::new();
     params.insert("path".to_owned(), dir.to_owned());
     params.insert("path.basename".to_owned(), basename.to_owned());
-    params.insert("path.basenameNormalized".to_owned(), sanitize_name(basename));
+    params.insert(
+        "path.basenameNormalized".to_owned(),
+        sanitize_name(basename),
+    );
     if !dir.is_empty() {
         for (index, segment) in dir.split('/').enumerate() {
             params.insert(format!("path[{index}]"), segment.to_owned());
@@ -80,7 +83,10 @@ pub fn file_params(file: &str) -> Params {
     let (dir, filename) = file.rsplit_once('/').unwrap_or(("", file));
     let mut params = path_params(dir);
     params.insert("path.filename".to_owned(), filename.to_owned());
-    params.insert("path.filenameNormalized".to_owned(), sanitize_name(filename));
+    params.insert(
+        "path.filenameNormalized".to_owned(),
+        sanitize_name(filename),
+    );
     params
 }
 

@@ -214,7 +214,9 @@ mod tests {
     #[test]
     fn create_update_and_unchanged() {
         let mut relabelled = owned("c", "apps/c");
-        relabelled.labels.insert("team".to_owned(), "ops".to_owned());
+        relabelled
+            .labels
+            .insert("team".to_owned(), "ops".to_owned());
         let plan = plan(
             vec![
                 rendered("d", "apps/d"),
@@ -326,7 +328,12 @@ mod tests {
         assert_eq!(all.delete.len(), 4);
         assert!(all.guard.is_none());
 
-        let strict = plan(keep(&[0, 1]), fleet(4), &policy(ApplicationsSync::Sync, Some(25))).unwrap();
+        let strict = plan(
+            keep(&[0, 1]),
+            fleet(4),
+            &policy(ApplicationsSync::Sync, Some(25)),
+        )
+        .unwrap();
         assert!(strict.delete.is_empty());
         assert_eq!(strict.guard.map(|g| g.max_percent), Some(25));
     }
@@ -335,7 +342,11 @@ mod tests {
     fn duplicate_names_are_refused() {
         assert_eq!(
             plan(
-                vec![rendered("web", "a"), rendered("api", "b"), rendered("web", "c")],
+                vec![
+                    rendered("web", "a"),
+                    rendered("api", "b"),
+                    rendered("web", "c")
+                ],
                 vec![],
                 &SetSyncPolicy::default()
             ),

@@ -147,12 +147,25 @@ mod tests {
     fn a_push_reaches_the_sets_reading_its_repository_branch_and_directories() {
         let sets = [
             set("apps", "https://github.com/acme/deploy", None, "apps/*"),
-            set("pinned", "https://github.com/acme/deploy", Some("release"), "apps/*"),
+            set(
+                "pinned",
+                "https://github.com/acme/deploy",
+                Some("release"),
+                "apps/*",
+            ),
             set("other", "https://github.com/acme/web", None, "apps/*"),
-            set("infra", "git@github.com:acme/deploy.git", Some("main"), "infra/*"),
+            set(
+                "infra",
+                "git@github.com:acme/deploy.git",
+                Some("main"),
+                "infra/*",
+            ),
         ];
         let keys = sets_for_push(&push(None), &sets);
-        assert_eq!(keys, [AppKey::set("team", "apps"), AppKey::set("team", "infra")]);
+        assert_eq!(
+            keys,
+            [AppKey::set("team", "apps"), AppKey::set("team", "infra")]
+        );
         // With the changed files listed, only the directories read count.
         let keys = sets_for_push(&push(Some(vec!["apps/new/deploy.yaml"])), &sets);
         assert_eq!(keys, [AppKey::set("team", "apps")]);

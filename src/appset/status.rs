@@ -82,11 +82,21 @@ pub fn build(
             None,
         ),
         Verdict::Partly { reason, message } | Verdict::Failed { reason, message } => (
-            condition(ConditionType::Ready, ConditionStatus::False, reason, message),
+            condition(
+                ConditionType::Ready,
+                ConditionStatus::False,
+                reason,
+                message,
+            ),
             None,
         ),
         Verdict::Invalid { reason, message } => (
-            condition(ConditionType::Ready, ConditionStatus::False, reason, message),
+            condition(
+                ConditionType::Ready,
+                ConditionStatus::False,
+                reason,
+                message,
+            ),
             Some(condition(
                 ConditionType::Stalled,
                 ConditionStatus::True,
@@ -143,7 +153,11 @@ mod tests {
                 healthy: 1
             }
         );
-        let names: Vec<&str> = status.applications.iter().map(|a| a.name.as_str()).collect();
+        let names: Vec<&str> = status
+            .applications
+            .iter()
+            .map(|a| a.name.as_str())
+            .collect();
         assert_eq!(names, ["a", "b", "c"]);
         assert_eq!(status.applications[2].sync, Sync::Unknown);
         assert_eq!(status.conditions[0].reason, "ApplicationsUpToDate");

@@ -48,7 +48,9 @@ pub enum TemplateError {
     DuplicateKey { field: String, key: String },
     #[error("the template renders Application {name:?}, not a valid spec: {reason}")]
     InvalidSpec { name: String, reason: String },
-    #[error("the template renders Application name {name:?}, not a Kubernetes object name: {reason}")]
+    #[error(
+        "the template renders Application name {name:?}, not a Kubernetes object name: {reason}"
+    )]
     InvalidName { name: String, reason: String },
     #[error("the template renders label {key:?}={value:?} on Application {name:?}: {reason}")]
     InvalidLabel {
@@ -134,7 +136,11 @@ fn available(wanted: &str, params: &Params) -> String {
 pub fn render(template: &Template, params: &Params) -> Result<Rendered, TemplateError> {
     let name = substitute_in(&template.metadata.name, params, "metadata.name")?;
     let labels = render_map(&template.metadata.labels, params, "metadata.labels")?;
-    let annotations = render_map(&template.metadata.annotations, params, "metadata.annotations")?;
+    let annotations = render_map(
+        &template.metadata.annotations,
+        params,
+        "metadata.annotations",
+    )?;
     let spec = render_value(&template.spec, params, "spec")?;
 
     check_object_name(&name).map_err(|reason| TemplateError::InvalidName {
@@ -318,7 +324,10 @@ mod tests {
             substitute("{{path.basename}}-{{ path.basename }}-{{  path[0]\t}}", &p).unwrap(),
             "web-web-apps"
         );
-        assert_eq!(substitute("no braces } here", &p).unwrap(), "no braces } here");
+        assert_eq!(
+            substitute("no braces } here", &p).unwrap(),
+            "no braces } here"
+        );
     }
 
     #[test]
@@ -356,9 +365,12 @@ mod tests {
 
     #[test]
     fn many_parameters_are_capped_closest_first() {
-        let mut p: Params = (0..30).map(|i| (format!("k{i:02}"), String::new())).collect();
+        let mut p: Params = (0..30)
+            .map(|i| (format!("k{i:02}"), String::new()))
+            .collect();
         p.insert("values.region".to_owned(), "eu".to_owned());
-        let Err(TemplateError::UnknownParameter { available, .. }) = substitute("{{ values.regio }}", &p)
+        let Err(TemplateError::UnknownParameter { available, .. }) =
+            substitute("{{ values.regio }}", &p)
         else {
             panic!("expected an unknown parameter");
         };
@@ -395,9 +407,10 @@ mod tests {
         t.metadata
             .labels
             .insert("team".to_owned(), "{{ team }}".to_owned());
-        t.metadata
-            .annotations
-            .insert("example.com/{{ cluster }}".to_owned(), "{{ path }}".to_owned());
+        t.metadata.annotations.insert(
+            "example.com/{{ cluster }}".to_owned(),
+            "{{ path }}".to_owned(),
+        );
         let p = params(&[
             ("path", "apps/web"),
             ("path.basename", "web"),
@@ -491,7 +504,9 @@ mod tests {
     #[test]
     fn two_keys_rendering_to_one_are_an_error() {
         let mut t = template("web", spec("x"));
-        t.metadata.labels.insert("{{ a }}".to_owned(), "1".to_owned());
+        t.metadata
+            .labels
+            .insert("{{ a }}".to_owned(), "1".to_owned());
         t.metadata.labels.insert("b".to_owned(), "2".to_owned());
         let p = params(&[("a", "b")]);
         assert_eq!(

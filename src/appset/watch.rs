@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use kube::runtime::reflector::{self, Store, store::Writer};
 use kube::runtime::WatchStreamExt;
+use kube::runtime::reflector::{self, Store, store::Writer};
 use kube::runtime::watcher::{self, Event as WatchEvent};
 use kube::{Api, Client, ResourceExt};
 
@@ -26,6 +26,7 @@ use super::route::{key_of, reads_clusters};
 
 /// Runs the sets' watch over `namespace` (every namespace when None),
 /// filtered by `admits`; publishes evaluations when `enqueue` is true.
+#[allow(clippy::too_many_arguments)] // the roles' switches and shared parts, passed as they are
 pub async fn run(
     client: Client,
     clusters: Arc<Registry>,
@@ -97,7 +98,8 @@ pub async fn run(
                 let key = key_of(&set);
                 let generation = set.metadata.generation;
                 let previous = generations.insert(key.clone(), generation);
-                let unobserved = set.status.as_ref().and_then(|s| s.observed_generation) != generation;
+                let unobserved =
+                    set.status.as_ref().and_then(|s| s.observed_generation) != generation;
                 let changed = match previous {
                     None => !listing || unobserved,
                     Some(previous) => previous != generation,
@@ -140,9 +142,12 @@ impl Summaries {
         let set = app.labels().get(SET_LABEL)?;
         let namespace = app.namespace().unwrap_or_default();
         let key = AppKey::new(namespace.clone(), app.name_any());
-        let state = app.status.as_ref().map_or((Sync::Unknown, Health::Unknown, None), |s| {
-            (s.sync.status, s.health.status, s.sync.revision.clone())
-        });
+        let state = app
+            .status
+            .as_ref()
+            .map_or((Sync::Unknown, Health::Unknown, None), |s| {
+                (s.sync.status, s.health.status, s.sync.revision.clone())
+            });
         let previous = self.seen.insert(key, state.clone());
         (previous.as_ref() != Some(&state)).then(|| AppKey::set(namespace, set))
     }
@@ -151,7 +156,8 @@ impl Summaries {
     pub fn delete(&mut self, app: &Application) -> Option<AppKey> {
         let set = app.labels().get(SET_LABEL)?;
         let namespace = app.namespace().unwrap_or_default();
-        self.seen.remove(&AppKey::new(namespace.clone(), app.name_any()));
+        self.seen
+            .remove(&AppKey::new(namespace.clone(), app.name_any()));
         Some(AppKey::set(namespace, set))
     }
 }

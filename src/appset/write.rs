@@ -101,7 +101,11 @@ pub async fn apply(ctx: &Context, set: &ApplicationSet, plan: &Plan) -> Written 
             Err(error) => written.failed.push((name, error.to_string())),
         }
     }
-    for list in [&mut written.created, &mut written.updated, &mut written.deleted] {
+    for list in [
+        &mut written.created,
+        &mut written.updated,
+        &mut written.deleted,
+    ] {
         list.sort();
     }
     written.failed.sort();
@@ -128,6 +132,7 @@ pub fn body(set: &ApplicationSet, namespace: &str, rendered: &Rendered) -> serde
             "namespace": namespace,
             "labels": labels,
             "annotations": rendered.annotations,
+            "finalizers": set.spec.template.metadata.finalizers,
             "ownerReferences": [{
                 "apiVersion": "setpoint.dev/v1alpha1",
                 "kind": "ApplicationSet",

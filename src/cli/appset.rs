@@ -98,10 +98,11 @@ fn hide_user_info(value: &mut serde_json::Value) {
 }
 
 fn ready(set: &ApplicationSet) -> (String, String) {
-    let condition = set
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.iter().find(|c| c.type_ == ConditionType::Ready));
+    let condition = set.status.as_ref().and_then(|s| {
+        s.conditions
+            .iter()
+            .find(|c| c.type_ == ConditionType::Ready)
+    });
     match condition {
         Some(c) => (
             match c.status {
@@ -117,7 +118,14 @@ fn ready(set: &ApplicationSet) -> (String, String) {
 }
 
 pub fn list_table(sets: &[ApplicationSet], with_namespace: bool) -> String {
-    let mut headers = vec!["NAME", "APPLICATIONS", "SYNCED", "HEALTHY", "READY", "MESSAGE"];
+    let mut headers = vec![
+        "NAME",
+        "APPLICATIONS",
+        "SYNCED",
+        "HEALTHY",
+        "READY",
+        "MESSAGE",
+    ];
     if with_namespace {
         headers.insert(0, "NAMESPACE");
     }
@@ -173,7 +181,10 @@ pub fn describe(set: &ApplicationSet) -> String {
             .unwrap_or_default(),
         set.spec.sync_policy.max_delete_percent.unwrap_or(50)
     ));
-    out.push_str(&format!("Template name: {}\n", set.spec.template.metadata.name));
+    out.push_str(&format!(
+        "Template name: {}\n",
+        set.spec.template.metadata.name
+    ));
     out.push_str(&format!(
         "Applications:  {} ({} synced, {} healthy)\n",
         status.summary.applications, status.summary.synced, status.summary.healthy
@@ -204,7 +215,10 @@ pub fn describe(set: &ApplicationSet) -> String {
             })
             .collect();
         out.push('\n');
-        out.push_str(&table(&["APPLICATION", "SYNC", "HEALTH", "REVISION"], &rows));
+        out.push_str(&table(
+            &["APPLICATION", "SYNC", "HEALTH", "REVISION"],
+            &rows,
+        ));
     }
     out
 }
@@ -212,7 +226,9 @@ pub fn describe(set: &ApplicationSet) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::{ApplicationSetSpec, ApplicationSetStatus, GeneratedApplication, Health, SetSummary, Sync};
+    use crate::api::{
+        ApplicationSetSpec, ApplicationSetStatus, GeneratedApplication, Health, SetSummary, Sync,
+    };
 
     fn set() -> ApplicationSet {
         let mut set: ApplicationSet = serde_json::from_value(serde_json::json!({

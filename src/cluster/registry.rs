@@ -180,7 +180,8 @@ impl Registry {
             {
                 // The same clients; new labels or annotations are news to
                 // the ApplicationSets' cluster generators.
-                if known.entry.labels != entry.labels || known.entry.annotations != entry.annotations
+                if known.entry.labels != entry.labels
+                    || known.entry.annotations != entry.annotations
                 {
                     known.entry.labels = entry.labels;
                     known.entry.annotations = entry.annotations;

@@ -19,6 +19,7 @@ mod credentials;
 pub mod depends;
 pub mod dry_run;
 mod events;
+pub mod finalize;
 pub mod health;
 pub mod kinds;
 pub mod live;
@@ -280,6 +281,21 @@ pub async fn reconcile(
 ) -> Result<Outcome, ReconcileError> {
     let started = Instant::now();
     let events = Events::new(ctx.client.clone(), ctx.reporter.clone(), app);
+    if finalize::pending(app) && !request.dry_run {
+        let pruned = finalize::finalize(ctx, app).await?;
+        return Ok(Outcome {
+            status: app.status.clone().unwrap_or_default(),
+            pruned,
+            ..Default::default()
+        });
+    }
+    if app.metadata.deletion_timestamp.is_some() {
+        // Being deleted, and no finalizer of ours: nothing to keep applied.
+        return Ok(Outcome {
+            status: app.status.clone().unwrap_or_default(),
+            ..Default::default()
+        });
+    }
     if app.spec.suspend && !request.dry_run {
         let report = Report {
             previous: app.status.as_ref(),

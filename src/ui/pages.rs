@@ -5,7 +5,7 @@
 
 use std::fmt::Write as _;
 
-use super::view::{AppView, ListQuery, ListView, encode_component};
+use super::view::{AppView, ListQuery, ListView, NO_SET, encode_component};
 use super::{Delivery, QueueState};
 
 /// Escapes text for HTML content and attribute values.
@@ -64,19 +64,26 @@ fn badge(value: &str) -> String {
     )
 }
 
-fn select(name: &str, current: Option<&str>, options: &[String]) -> String {
+/// A filter's select: "any", the `extra` (value, label) choices, then
+/// `options`.
+fn select(name: &str, current: Option<&str>, extra: &[(&str, &str)], options: &[String]) -> String {
     let mut html =
         format!(r#"<select name="{name}" id="filter-{name}"><option value="">any</option>"#);
-    for option in options {
-        let selected = if current == Some(option.as_str()) {
+    let choices = extra
+        .iter()
+        .copied()
+        .chain(options.iter().map(|o| (o.as_str(), o.as_str())));
+    for (value, label) in choices {
+        let selected = if current == Some(value) {
             " selected"
         } else {
             ""
         };
         let _ = write!(
             html,
-            r#"<option value="{0}"{selected}>{0}</option>"#,
-            escape(option)
+            r#"<option value="{}"{selected}>{}</option>"#,
+            escape(value),
+            escape(label)
         );
     }
     html.push_str("</select>");
@@ -116,15 +123,26 @@ pub fn list(view: &ListView, query: &ListQuery, viewer: &str) -> String {
     let _ = write!(
         main,
         r#"<form method="get" action="/" class="filters">
-<label>Namespace {}</label> <label>Cluster {}</label> <label>Sync {}</label> <label>Health {}</label>
+<label>Namespace {}</label> <label>Cluster {}</label> <label>ApplicationSet {}</label> <label>Sync {}</label> <label>Health {}</label>
 <button type="submit">Filter</button></form>"#,
-        select("namespace", query.namespace.as_deref(), &view.namespaces),
-        select("cluster", query.cluster.as_deref(), &view.clusters),
-        select("sync", query.sync.as_deref(), &syncs),
-        select("health", query.health.as_deref(), &healths),
+        select(
+            "namespace",
+            query.namespace.as_deref(),
+            &[],
+            &view.namespaces
+        ),
+        select("cluster", query.cluster.as_deref(), &[], &view.clusters),
+        select(
+            "appset",
+            query.appset.as_deref(),
+            &[(NO_SET, "no set")],
+            &view.application_sets
+        ),
+        select("sync", query.sync.as_deref(), &[], &syncs),
+        select("health", query.health.as_deref(), &[], &healths),
     );
     main.push_str(
-        r#"<table id="applications"><thead><tr><th>Namespace</th><th>Name</th><th>Cluster</th><th>Sync</th><th>Health</th><th>Revision</th><th>Last sync</th><th>Message</th></tr></thead><tbody>"#,
+        r#"<table id="applications"><thead><tr><th>Namespace</th><th>Name</th><th>Cluster</th><th>Set</th><th>Sync</th><th>Health</th><th>Revision</th><th>Last sync</th><th>Message</th></tr></thead><tbody>"#,
     );
     for row in &view.items {
         let revision = match (&row.revision, &row.revision_url) {
@@ -136,9 +154,21 @@ pub fn list(view: &ListView, query: &ListQuery, viewer: &str) -> String {
             (Some(rev), None) => format!("<code>{}</code>", escape(rev)),
             _ => String::new(),
         };
+        let set = row
+            .application_set
+            .as_deref()
+            .map(|set| {
+                format!(
+                    r#"<a href="/?namespace={}&amp;appset={}">{}</a>"#,
+                    encode_component(&row.namespace),
+                    encode_component(set),
+                    escape(set)
+                )
+            })
+            .unwrap_or_default();
         let _ = write!(
             main,
-            r#"<tr data-app="{ns}/{name}"><td>{ns}</td><td><a href="/applications/{ens}/{ename}">{name}</a></td><td class="cluster">{cluster}</td><td class="sync">{sync}</td><td class="health">{health}</td><td>{revision}</td><td>{last}</td><td class="message">{message}</td></tr>"#,
+            r#"<tr data-app="{ns}/{name}"><td>{ns}</td><td><a href="/applications/{ens}/{ename}">{name}</a></td><td class="cluster">{cluster}</td><td class="set">{set}</td><td class="sync">{sync}</td><td class="health">{health}</td><td>{revision}</td><td>{last}</td><td class="message">{message}</td></tr>"#,
             ns = escape(&row.namespace),
             name = escape(&row.name),
             cluster = escape(&row.cluster),
@@ -151,7 +181,7 @@ pub fn list(view: &ListView, query: &ListQuery, viewer: &str) -> String {
         );
     }
     if view.items.is_empty() {
-        main.push_str(r#"<tr><td colspan="8" class="empty">No Application to show.</td></tr>"#);
+        main.push_str(r#"<tr><td colspan="9" class="empty">No Application to show.</td></tr>"#);
     }
     main.push_str("</tbody></table>");
     let _ = write!(
@@ -195,6 +225,15 @@ pub fn app(view: &AppView, viewer: &str, csrf: &str, notice: Option<&str>) -> St
         badge(&view.sync),
         badge(&view.health)
     );
+    if let Some(set) = &view.application_set {
+        let _ = write!(
+            main,
+            r#"<p id="app-set">Generated by ApplicationSet <a href="/?namespace={}&amp;appset={}">{}</a></p>"#,
+            encode_component(&view.namespace),
+            encode_component(set),
+            escape(set)
+        );
+    }
     if let Some(notice) = notice {
         let _ = write!(
             main,
@@ -421,6 +460,52 @@ pub fn error(status: u16, message: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ui::view::{Counts, Row};
+
+    fn row(name: &str, set: Option<&str>) -> Row {
+        Row {
+            namespace: "team".into(),
+            name: name.into(),
+            cluster: "in-cluster".into(),
+            application_set: set.map(str::to_string),
+            sync: "Synced".into(),
+            health: "Healthy".into(),
+            revision: None,
+            revision_url: None,
+            last_sync: None,
+            message: String::new(),
+        }
+    }
+
+    #[test]
+    fn the_list_has_a_set_column_and_filter_kept_across_pages() {
+        let view = ListView {
+            counts: Counts::default(),
+            matching: 120,
+            page: 1,
+            per_page: 50,
+            pages: 3,
+            namespaces: vec!["team".into()],
+            clusters: vec!["in-cluster".into()],
+            application_sets: vec!["api".into(), "web".into()],
+            items: vec![row("one", Some("web")), row("two", None)],
+        };
+        let query = ListQuery {
+            appset: Some("web".into()),
+            ..Default::default()
+        };
+        let page = list(&view, &query, "me");
+        assert!(page.contains("<th>Set</th>"), "{page}");
+        assert!(
+            page.contains(
+                r#"<td class="set"><a href="/?namespace=team&amp;appset=web">web</a></td>"#
+            ),
+            "{page}"
+        );
+        assert!(page.contains(r#"<td class="set"></td>"#), "{page}");
+        assert!(page.contains(r#"<select name="appset" id="filter-appset"><option value="">any</option><option value="-">no set</option><option value="api">api</option><option value="web" selected>web</option></select>"#), "{page}");
+        assert!(page.contains(r#"href="/?appset=web&amp;page=2""#), "{page}");
+    }
 
     #[test]
     fn text_from_the_cluster_is_escaped() {

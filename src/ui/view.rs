@@ -8,11 +8,15 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use crate::api::{Application, Condition, Health, OperationSummary, ResourceStatus, Sync};
+use crate::appset::SET_LABEL;
 use crate::source::repo_url::{display_url, normalize_url};
 
 /// The default and the largest page.
 pub const PAGE_SIZE: usize = 50;
 pub const MAX_PAGE_SIZE: usize = 500;
+/// The `appset=` value of the Applications no ApplicationSet generated (a
+/// set's name, a Kubernetes name, never is).
+pub const NO_SET: &str = "-";
 
 /// The list's filters and page, as the query string carries them.
 #[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
@@ -22,6 +26,9 @@ pub struct ListQuery {
     /// The destination cluster (`in-cluster`, a registered name or URL).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cluster: Option<String>,
+    /// The ApplicationSet that generated it, or [`NO_SET`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub appset: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sync: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -53,6 +60,7 @@ impl ListQuery {
         for (key, value) in [
             ("namespace", &self.namespace),
             ("cluster", &self.cluster),
+            ("appset", &self.appset),
             ("sync", &self.sync),
             ("health", &self.health),
         ] {
@@ -85,6 +93,9 @@ pub struct Row {
     pub name: String,
     /// Where it deploys: `in-cluster` or the registered cluster it names.
     pub cluster: String,
+    /// The ApplicationSet that generated it, if one did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub application_set: Option<String>,
     pub sync: String,
     pub health: String,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -110,6 +121,8 @@ pub struct ListView {
     pub namespaces: Vec<String>,
     /// The destination clusters of the Applications it may read.
     pub clusters: Vec<String>,
+    /// The ApplicationSets that generated Applications it may read.
+    pub application_sets: Vec<String>,
     pub items: Vec<Row>,
 }
 
@@ -203,6 +216,29 @@ fn cluster_of(app: &Application) -> String {
     crate::cluster::Wanted::of(&app.spec.destination).to_string()
 }
 
+/// The ApplicationSet that generated `app`: its label, else its controller
+/// reference to a set (the set's own `owns` goes by that reference).
+fn set_of(app: &Application) -> Option<&str> {
+    let label = app
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|labels| labels.get(SET_LABEL))
+        .map(String::as_str);
+    label.filter(|set| !set.is_empty()).or_else(|| {
+        app.metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .find(|r| {
+                r.controller == Some(true)
+                    && r.kind == "ApplicationSet"
+                    && r.api_version.starts_with("setpoint.dev/")
+            })
+            .map(|r| r.name.as_str())
+    })
+}
+
 fn row(app: &Application) -> Row {
     let status = app.status.as_ref();
     let revision = status.and_then(|s| s.sync.revision.clone());
@@ -210,6 +246,7 @@ fn row(app: &Application) -> Row {
         namespace: namespace_of(app).to_string(),
         name: name_of(app).to_string(),
         cluster: cluster_of(app),
+        application_set: set_of(app).map(str::to_string),
         sync: sync_of(app).to_string(),
         health: health_of(app).to_string(),
         revision_url: revision
@@ -233,6 +270,8 @@ pub fn list(
     let namespace = ListQuery::wanted(&query.namespace);
     let cluster = ListQuery::wanted(&query.cluster);
     let mut clusters: BTreeSet<String> = BTreeSet::new();
+    let appset = ListQuery::wanted(&query.appset);
+    let mut sets: BTreeSet<&str> = BTreeSet::new();
     let sync = ListQuery::wanted(&query.sync);
     let health = ListQuery::wanted(&query.health);
     let mut namespaces: BTreeSet<&str> = BTreeSet::new();
@@ -254,7 +293,13 @@ pub fn list(
         let app_cluster = cluster_of(app);
         let other_cluster = cluster.is_some_and(|wanted| wanted != app_cluster);
         clusters.insert(app_cluster);
-        if other_cluster {
+        let app_set = set_of(app);
+        sets.extend(app_set);
+        let other_set = appset.is_some_and(|wanted| match app_set {
+            Some(set) => wanted != set,
+            None => wanted != NO_SET,
+        });
+        if other_cluster || other_set {
             continue;
         }
         let (app_sync, app_health) = (sync_of(app), health_of(app));
@@ -278,6 +323,7 @@ pub fn list(
     };
     let namespaces: Vec<String> = namespaces.into_iter().map(str::to_string).collect();
     let clusters: Vec<String> = clusters.into_iter().collect();
+    let application_sets: Vec<String> = sets.into_iter().map(str::to_string).collect();
     matching
         .sort_unstable_by(|a, b| (namespace_of(a), name_of(a)).cmp(&(namespace_of(b), name_of(b))));
     let per_page = query.per_page();
@@ -297,6 +343,7 @@ pub fn list(
         pages,
         namespaces,
         clusters,
+        application_sets,
         items,
     }
 }
@@ -376,6 +423,8 @@ pub struct KindGroup {
 pub struct AppView {
     pub namespace: String,
     pub name: String,
+    /// The ApplicationSet that generated it, if one did.
+    pub application_set: Option<String>,
     pub sync: String,
     pub health: String,
     pub health_message: Option<String>,
@@ -421,6 +470,7 @@ pub fn app(
     AppView {
         namespace: namespace_of(app).to_string(),
         name: name_of(app).to_string(),
+        application_set: set_of(app).map(str::to_string),
         sync: sync_of(app).to_string(),
         health: health_of(app).to_string(),
         health_message: status.health.message.clone(),
@@ -531,6 +581,138 @@ mod tests {
         assert_eq!(rows, vec![("two", "staging")]);
         assert_eq!(view.counts.total, 1, "counted within the cluster filter");
         assert!(query.on_page(2).contains("cluster=staging"));
+    }
+
+    /// `app` as the set `set` generates it: the label and the controller
+    /// reference.
+    fn generated(app: &Arc<Application>, set: &str) -> Arc<Application> {
+        let mut app = (**app).clone();
+        app.metadata
+            .labels
+            .get_or_insert_default()
+            .insert(SET_LABEL.into(), set.into());
+        app.metadata.owner_references = Some(vec![owner(set)]);
+        Arc::new(app)
+    }
+
+    fn owner(set: &str) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+            api_version: "setpoint.dev/v1alpha1".into(),
+            kind: "ApplicationSet".into(),
+            name: set.into(),
+            uid: format!("uid-{set}"),
+            controller: Some(true),
+            block_owner_deletion: Some(true),
+        }
+    }
+
+    /// Two of `fleet` from set `web`, one from set `api` in another
+    /// namespace, `a/three` from none (and `secret/hidden` from `hidden`).
+    fn fleet_of_sets() -> Vec<Arc<Application>> {
+        let apps = fleet();
+        vec![
+            generated(&apps[0], "web"),
+            generated(&apps[1], "web"),
+            apps[2].clone(),
+            generated(&apps[3], "hidden"),
+            generated(&app("b", "four", Sync::Synced, Health::Healthy), "api"),
+        ]
+    }
+
+    #[test]
+    fn the_application_set_is_a_column_and_a_filter() {
+        let apps = fleet_of_sets();
+        let readable = |ns: &str| ns != "secret";
+        let view = list(&apps, &readable, &ListQuery::default());
+        assert_eq!(
+            view.application_sets,
+            vec!["api", "web"],
+            "the sets of readable namespaces only"
+        );
+        let rows: Vec<_> = view
+            .items
+            .iter()
+            .map(|r| (r.name.as_str(), r.application_set.as_deref()))
+            .collect();
+        assert_eq!(
+            rows,
+            vec![
+                ("one", Some("web")),
+                ("three", None),
+                ("four", Some("api")),
+                ("two", Some("web")),
+            ]
+        );
+
+        let query = ListQuery {
+            appset: Some("web".into()),
+            ..Default::default()
+        };
+        let view = list(&apps, &readable, &query);
+        let names: Vec<_> = view.items.iter().map(|r| r.name.as_str()).collect();
+        assert_eq!(names, vec!["one", "two"]);
+        assert_eq!(view.counts.total, 2, "counted within the set filter");
+        assert_eq!(view.counts.sync["Synced"], 1);
+        assert_eq!(view.counts.sync["OutOfSync"], 1);
+        assert_eq!(
+            view.application_sets,
+            vec!["api", "web"],
+            "all to pick from"
+        );
+        assert_eq!(query.on_page(2), "appset=web&page=2");
+
+        let none = ListQuery {
+            appset: Some(NO_SET.into()),
+            ..Default::default()
+        };
+        let view = list(&apps, &readable, &none);
+        let names: Vec<_> = view.items.iter().map(|r| r.name.as_str()).collect();
+        assert_eq!(names, vec!["three"], "the Applications no set generated");
+        assert_eq!(view.counts.total, 1);
+
+        // Within the namespace filter, like the clusters; with the others.
+        let query = ListQuery {
+            namespace: Some("a".into()),
+            appset: Some("web".into()),
+            sync: Some("Synced".into()),
+            ..Default::default()
+        };
+        let view = list(&apps, &readable, &query);
+        assert_eq!(view.application_sets, vec!["web"]);
+        assert_eq!(view.items.len(), 1);
+        assert_eq!(view.items[0].name, "one");
+        assert_eq!(view.counts.total, 1);
+        let query = ListQuery {
+            appset: Some("nothing".into()),
+            ..Default::default()
+        };
+        let view = list(&apps, &readable, &query);
+        assert_eq!((view.matching, view.counts.total), (0, 0));
+    }
+
+    #[test]
+    fn the_set_comes_from_the_label_else_the_controller_reference() {
+        let apps = fleet();
+        let mut by_reference = (*apps[0]).clone();
+        by_reference.metadata.owner_references = Some(vec![owner("web")]);
+        assert_eq!(set_of(&by_reference), Some("web"));
+        let mut not_controller = owner("web");
+        not_controller.controller = None;
+        by_reference.metadata.owner_references = Some(vec![not_controller]);
+        assert_eq!(set_of(&by_reference), None);
+        let mut labelled = (*apps[0]).clone();
+        labelled
+            .metadata
+            .labels
+            .get_or_insert_default()
+            .insert(SET_LABEL.into(), "fleet".into());
+        assert_eq!(set_of(&labelled), Some("fleet"));
+        let view = super::app(&generated(&apps[0], "web"), vec![], vec![], false);
+        assert_eq!(view.application_set.as_deref(), Some("web"));
+        assert_eq!(
+            super::app(&apps[0], vec![], vec![], false).application_set,
+            None
+        );
     }
 
     #[test]

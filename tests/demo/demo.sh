@@ -41,6 +41,7 @@ rm -rf "$work" && mkdir -p "$work"
 k delete namespace $ns --ignore-not-found --wait=true >/dev/null
 k create namespace $ns >/dev/null
 "$SETPOINT" crd | k apply --server-side -f - >/dev/null
+"$SETPOINT" crd --applicationset | k apply --server-side -f - >/dev/null
 k wait --for condition=Established crd/applications.setpoint.dev >/dev/null
 
 git init -q --bare -b main "$work/origin.git"

@@ -35,11 +35,15 @@ fn git_facts(paths: &[(&str, &str)]) -> Facts {
 }
 
 fn directories(patterns: Value) -> Vec<Generator> {
-    generators(vec![json!({"git": {"repoURL": REPO, "revision": "main", "directories": patterns}})])
+    generators(vec![
+        json!({"git": {"repoURL": REPO, "revision": "main", "directories": patterns}}),
+    ])
 }
 
 fn files(patterns: Value) -> Vec<Generator> {
-    generators(vec![json!({"git": {"repoURL": REPO, "revision": "main", "files": patterns}})])
+    generators(vec![
+        json!({"git": {"repoURL": REPO, "revision": "main", "files": patterns}}),
+    ])
 }
 
 fn paths(sets: &[Params]) -> Vec<&str> {
@@ -100,7 +104,11 @@ fn hidden_directories_only_when_named() {
         ("apps/web/x.yaml", ""),
         (".github/workflows/ci.yaml", ""),
     ]);
-    let all = generate(&directories(json!([{"path": "*"}, {"path": "apps/*"}])), &facts).unwrap();
+    let all = generate(
+        &directories(json!([{"path": "*"}, {"path": "apps/*"}])),
+        &facts,
+    )
+    .unwrap();
     assert_eq!(paths(&all), ["apps", "apps/web"]);
     let named = generate(&directories(json!([{"path": ".github/*"}])), &facts).unwrap();
     assert_eq!(paths(&named), [".github/workflows"]);
@@ -155,8 +163,15 @@ fn a_broken_file_is_named() {
 fn a_yaml_bomb_is_refused_before_it_expands() {
     let mut bomb = String::from("a: &a [x, x, x, x, x, x, x, x, x, x]\n");
     for level in 0..7 {
-        let previous = if level == 0 { "a".to_owned() } else { format!("l{}", level - 1) };
-        bomb.push_str(&format!("l{level}: &l{level} [{}]\n", vec![format!("*{previous}"); 10].join(", ")));
+        let previous = if level == 0 {
+            "a".to_owned()
+        } else {
+            format!("l{}", level - 1)
+        };
+        bomb.push_str(&format!(
+            "l{level}: &l{level} [{}]\n",
+            vec![format!("*{previous}"); 10].join(", ")
+        ));
     }
     let facts = git_facts(&[("config/bomb.yaml", &bomb)]);
     assert!(matches!(
@@ -169,7 +184,10 @@ fn cluster(name: &str, labels: &[(&str, &str)]) -> ClusterFact {
     ClusterFact {
         name: name.to_owned(),
         server: format!("https://{name}.example.com"),
-        labels: labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+        labels: labels
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
         annotations: BTreeMap::from([("owner".to_owned(), "ops".to_owned())]),
     }
 }
@@ -179,27 +197,43 @@ fn clusters_by_labels_and_expressions() {
     let facts = Facts {
         clusters: vec![
             cluster("Prod_EU", &[("env", "prod"), ("region", "eu")]),
-            cluster("prod-us", &[("env", "prod"), ("region", "us"), ("frozen", "yes")]),
+            cluster(
+                "prod-us",
+                &[("env", "prod"), ("region", "us"), ("frozen", "yes")],
+            ),
             cluster("staging", &[("env", "staging"), ("region", "eu")]),
             cluster("dev", &[("env", "dev")]),
         ],
         ..Default::default()
     };
     let names = |selector: Value| -> Vec<String> {
-        let g = generators(vec![json!({"clusters": {"selector": selector, "values": {"tier": "1"}}})]);
-        generate(&g, &facts).unwrap().into_iter().map(|s| s["name"].clone()).collect()
+        let g = generators(vec![
+            json!({"clusters": {"selector": selector, "values": {"tier": "1"}}}),
+        ]);
+        generate(&g, &facts)
+            .unwrap()
+            .into_iter()
+            .map(|s| s["name"].clone())
+            .collect()
     };
-    assert_eq!(names(json!({"matchLabels": {"env": "prod"}})), ["Prod_EU", "prod-us"]);
+    assert_eq!(
+        names(json!({"matchLabels": {"env": "prod"}})),
+        ["Prod_EU", "prod-us"]
+    );
     assert_eq!(
         names(json!({"matchExpressions": [{"key": "region", "operator": "In", "values": ["eu"]}]})),
         ["Prod_EU", "staging"]
     );
     assert_eq!(
-        names(json!({"matchExpressions": [{"key": "region", "operator": "NotIn", "values": ["eu"]}]})),
+        names(
+            json!({"matchExpressions": [{"key": "region", "operator": "NotIn", "values": ["eu"]}]})
+        ),
         ["dev", "prod-us"]
     );
     assert_eq!(
-        names(json!({"matchLabels": {"env": "prod"}, "matchExpressions": [{"key": "frozen", "operator": "DoesNotExist"}]})),
+        names(
+            json!({"matchLabels": {"env": "prod"}, "matchExpressions": [{"key": "frozen", "operator": "DoesNotExist"}]})
+        ),
         ["Prod_EU"]
     );
     assert_eq!(
@@ -207,7 +241,9 @@ fn clusters_by_labels_and_expressions() {
         ["prod-us"]
     );
 
-    let g = generators(vec![json!({"clusters": {"selector": {"matchLabels": {"region": "eu", "env": "prod"}}, "values": {"tier": "1"}}})]);
+    let g = generators(vec![
+        json!({"clusters": {"selector": {"matchLabels": {"region": "eu", "env": "prod"}}, "values": {"tier": "1"}}}),
+    ]);
     let set = &generate(&g, &facts).unwrap()[0];
     assert_eq!(set["nameNormalized"], "prod-eu");
     assert_eq!(set["server"], "https://Prod_EU.example.com");
@@ -216,7 +252,9 @@ fn clusters_by_labels_and_expressions() {
     assert_eq!(set["values.tier"], "1");
     assert_eq!(needs(&g).unwrap(), [Need::Clusters]);
 
-    let bad = generators(vec![json!({"clusters": {"selector": {"matchExpressions": [{"key": "a", "operator": "Gt", "values": ["1"]}]}}})]);
+    let bad = generators(vec![
+        json!({"clusters": {"selector": {"matchExpressions": [{"key": "a", "operator": "Gt", "values": ["1"]}]}}}),
+    ]);
     let (at, reason) = invalid_at(needs(&bad));
     assert_eq!(at, "generators[0].clusters.selector.matchExpressions[0]");
     assert!(reason.contains("\"Gt\""), "{reason}");
@@ -272,27 +310,40 @@ fn pull_requests_by_labels_and_filters() {
     assert_eq!(set["head_short_sha_7"], "0123456");
     assert_eq!(set["labels"], "preview,ui");
 
-    let unfiltered = generators(vec![json!({"pullRequest": {"github": {"owner": "org", "repo": "shop"}}})]);
+    let unfiltered = generators(vec![
+        json!({"pullRequest": {"github": {"owner": "org", "repo": "shop"}}}),
+    ]);
     assert_eq!(generate(&unfiltered, &facts).unwrap().len(), 4);
 }
 
 #[test]
 fn missing_pull_facts_are_a_bug_not_an_empty_list() {
-    let g = generators(vec![json!({"pullRequest": {"gitlab": {"project": "group/shop"}}})]);
+    let g = generators(vec![
+        json!({"pullRequest": {"gitlab": {"project": "group/shop"}}}),
+    ]);
     assert!(matches!(
         generate(&g, &Facts::default()),
         Err(GenerateError::MissingFacts { .. })
     ));
     let mut facts = Facts::default();
-    facts.pulls.insert(PullSource::GitLab { project: "group/shop".to_owned() }, vec![]);
+    facts.pulls.insert(
+        PullSource::GitLab {
+            project: "group/shop".to_owned(),
+        },
+        vec![],
+    );
     assert!(generate(&g, &facts).unwrap().is_empty());
 }
 
 #[test]
 fn pull_request_generators_are_validated() {
-    let both = generators(vec![json!({"pullRequest": {"github": {"owner": "o", "repo": "r"}, "gitlab": {"project": "p"}}})]);
+    let both = generators(vec![
+        json!({"pullRequest": {"github": {"owner": "o", "repo": "r"}, "gitlab": {"project": "p"}}}),
+    ]);
     assert_eq!(invalid_at(needs(&both)).0, "generators[0].pullRequest");
-    let regex = generators(vec![json!({"pullRequest": {"github": {"owner": "o", "repo": "r"}, "filters": [{"branchMatch": "feature/("}]}})]);
+    let regex = generators(vec![
+        json!({"pullRequest": {"github": {"owner": "o", "repo": "r"}, "filters": [{"branchMatch": "feature/("}]}}),
+    ]);
     assert_eq!(
         invalid_at(needs(&regex)).0,
         "generators[0].pullRequest.filters[0].branchMatch"
@@ -339,7 +390,10 @@ fn matrix_is_the_product_and_refuses_conflicts() {
     ]}})]);
     match generate(&conflict, &Facts::default()) {
         Err(GenerateError::Conflict { key, left, right }) => {
-            assert_eq!((key.as_str(), left.as_str(), right.as_str()), ("team", "shop", "ops"));
+            assert_eq!(
+                (key.as_str(), left.as_str(), right.as_str()),
+                ("team", "shop", "ops")
+            );
         }
         other => panic!("expected a conflict, got {other:?}"),
     }
@@ -360,17 +414,19 @@ fn a_huge_matrix_is_refused() {
 
 #[test]
 fn merge_updates_base_sets_by_merge_keys() {
-    let g = generators(vec![json!({"merge": {"mergeKeys": ["cluster"], "generators": [
-        {"list": {"elements": [
-            {"cluster": "eu", "replicas": "1"},
-            {"cluster": "us", "replicas": "1"}
-        ]}},
-        {"list": {"elements": [
-            {"cluster": "us", "replicas": "3", "canary": "true"},
-            {"cluster": "asia", "replicas": "9"}
-        ]}},
-        {"list": {"elements": [{"cluster": "eu", "region": "west"}, {"other": "x"}]}}
-    ]}})]);
+    let g = generators(vec![
+        json!({"merge": {"mergeKeys": ["cluster"], "generators": [
+            {"list": {"elements": [
+                {"cluster": "eu", "replicas": "1"},
+                {"cluster": "us", "replicas": "1"}
+            ]}},
+            {"list": {"elements": [
+                {"cluster": "us", "replicas": "3", "canary": "true"},
+                {"cluster": "asia", "replicas": "9"}
+            ]}},
+            {"list": {"elements": [{"cluster": "eu", "region": "west"}, {"other": "x"}]}}
+        ]}}),
+    ]);
     let sets = generate(&g, &Facts::default()).unwrap();
     assert_eq!(sets.len(), 2);
     assert_eq!(sets[0]["cluster"], "eu");
@@ -379,9 +435,11 @@ fn merge_updates_base_sets_by_merge_keys() {
     assert_eq!(sets[1]["replicas"], "3");
     assert_eq!(sets[1]["canary"], "true");
 
-    let missing = generators(vec![json!({"merge": {"mergeKeys": ["cluster"], "generators": [
-        {"list": {"elements": [{"name": "eu"}]}}, {"list": {"elements": []}}
-    ]}})]);
+    let missing = generators(vec![
+        json!({"merge": {"mergeKeys": ["cluster"], "generators": [
+            {"list": {"elements": [{"name": "eu"}]}}, {"list": {"elements": []}}
+        ]}}),
+    ]);
     let (at, reason) = invalid_at(generate(&missing, &Facts::default()));
     assert_eq!(at, "generators[0].merge");
     assert!(reason.contains("\"cluster\""), "{reason}");
@@ -468,7 +526,10 @@ fn invalid_generators_are_refused_with_their_place() {
         {"list": {"elements": []}},
         {"list": {"elements": []}, "git": {"repoURL": REPO, "directories": [{"path": "*"}]}}
     ]}})]);
-    assert_eq!(invalid_at(needs(&nested_two)).0, "generators[0].matrix.generators[1]");
+    assert_eq!(
+        invalid_at(needs(&nested_two)).0,
+        "generators[0].matrix.generators[1]"
+    );
 
     let typo = generators(vec![json!({"matrix": {"generators": [
         {"lists": {"elements": []}}, {"list": {"elements": []}}
@@ -486,7 +547,10 @@ fn invalid_generators_are_refused_with_their_place() {
     assert_eq!(invalid_at(needs(&empty)).0, "generators[0]");
 
     let glob = directories(json!([{"path": "apps/[a"}]));
-    assert_eq!(invalid_at(needs(&glob)).0, "generators[0].git.directories[0]");
+    assert_eq!(
+        invalid_at(needs(&glob)).0,
+        "generators[0].git.directories[0]"
+    );
 }
 
 #[test]
@@ -495,7 +559,12 @@ fn nesting_is_limited() {
     let other = json!({"list": {"elements": [{"b": "1"}]}});
     let wrap = |inner: Value| json!({"matrix": {"generators": [inner, other.clone()]}});
     let three = wrap(wrap(wrap(list.clone())));
-    assert_eq!(generate(&generators(vec![three.clone()]), &Facts::default()).unwrap().len(), 1);
+    assert_eq!(
+        generate(&generators(vec![three.clone()]), &Facts::default())
+            .unwrap()
+            .len(),
+        1
+    );
     let four = generators(vec![wrap(three)]);
     let (at, reason) = invalid_at(needs(&four));
     assert_eq!(

@@ -167,6 +167,7 @@ fn pull_change(body: &[u8]) -> Result<Option<crate::event::PullChange>, WebhookE
     Ok(Some(crate::event::PullChange {
         provider: "github".into(),
         project: super::untrusted::Untrusted::capped(&project, 200).to_string(),
+        project_id: None,
         number: payload.number,
         open,
         branch: fields.head.branch,
@@ -327,6 +328,20 @@ pub(super) mod tests {
             panic!("not previewed");
         };
         assert!(pull.fork);
+    }
+
+    #[test]
+    fn every_pull_request_action_tells_the_pull_request_generators() {
+        let mut body = github_pull_request("labeled", "octo-org/deploy");
+        body["pull_request"]["labels"] = serde_json::json!([{"name": "preview"}]);
+        let change = pull_change(body.to_string().as_bytes()).unwrap().unwrap();
+        assert!(change.open);
+        assert_eq!(change.labels, ["preview"]);
+        assert_eq!(change.provider, "github");
+        let closed = github_pull_request("closed", "octo-org/deploy").to_string();
+        let change = pull_change(closed.as_bytes()).unwrap().unwrap();
+        assert!(!change.open);
+        assert!(!change.project.is_empty());
     }
 
     #[test]

@@ -50,12 +50,24 @@ async fn receive(
             let delivery = [IDEMPOTENCY_HEADER, EVENT_UUID_HEADER]
                 .into_iter()
                 .find_map(|name| super::header(request, name).filter(|id| !id.is_empty()));
-            return match merge_request_from(super::parse_json(body)?, delivery)? {
+            let value = super::parse_json(body)?;
+            // The ApplicationSets listing this project's merge requests
+            // hear of every action (opened, updated, closed, merged).
+            let sets = match merge_change(value.clone())? {
+                Some(change) => {
+                    state
+                        .enqueue_pull_sets(Provider::GitLab, delivery, change, body)
+                        .await?
+                }
+                None => Vec::new(),
+            };
+            return match merge_request_from(value, delivery)? {
                 MergeRequestEvent::Preview(pull) => {
                     state
                         .enqueue_preview(Provider::GitLab, delivery, *pull, body)
                         .await
                 }
+                MergeRequestEvent::Ignored(_) if !sets.is_empty() => Ok(Reply::Accepted(sets)),
                 MergeRequestEvent::Ignored(action) => Ok(Reply::Ignored(format!(
                     "{event} ({})",
                     super::echo(&action)
@@ -246,6 +258,70 @@ struct LastCommit {
     id: String,
 }
 
+/// The fields of a merge request delivery the ApplicationSets' pull
+/// request generators need.
+#[derive(Debug, Deserialize)]
+struct MergeChangePayload {
+    project: MergeChangeProject,
+    object_attributes: MergeChangeAttributes,
+    #[serde(default)]
+    labels: Vec<MergeLabel>,
+}
+
+#[derive(Debug, Deserialize)]
+struct MergeChangeProject {
+    id: u64,
+    #[serde(default)]
+    path_with_namespace: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct MergeChangeAttributes {
+    iid: u64,
+    source_branch: String,
+    target_branch: String,
+    /// `opened`, `closed`, `merged`, `locked`.
+    #[serde(default)]
+    state: Option<String>,
+    #[serde(default)]
+    action: Option<String>,
+    last_commit: LastCommit,
+}
+
+#[derive(Debug, Deserialize)]
+struct MergeLabel {
+    title: String,
+}
+
+fn merge_change(
+    value: serde_json::Value,
+) -> Result<Option<crate::event::PullChange>, WebhookError> {
+    let payload: MergeChangePayload = super::payload_from(value)?;
+    let attributes = payload.object_attributes;
+    super::check_commit(
+        "object_attributes.last_commit.id",
+        &attributes.last_commit.id,
+    )?;
+    let closed = matches!(attributes.state.as_deref(), Some("closed" | "merged"))
+        || matches!(attributes.action.as_deref(), Some("close" | "merge"));
+    let id = payload.project.id.to_string();
+    Ok(Some(crate::event::PullChange {
+        provider: "gitlab".into(),
+        project: payload
+            .project
+            .path_with_namespace
+            .map(|path| super::untrusted::Untrusted::capped(&path, 200).to_string())
+            .unwrap_or_else(|| id.clone()),
+        project_id: Some(id),
+        number: attributes.iid,
+        open: !closed,
+        branch: attributes.source_branch,
+        target_branch: attributes.target_branch,
+        head_sha: attributes.last_commit.id,
+        labels: payload.labels.into_iter().map(|l| l.title).collect(),
+    }))
+}
+
 /// What a merge request delivery asks for.
 enum MergeRequestEvent {
     /// Opened, reopened, or updated with new commits: preview its head.
@@ -320,6 +396,24 @@ mod tests {
                 "last_commit": {"id": "da1560886d4f094c3e6c9ef40349f7d38b5d27d7"}
             }
         })
+    }
+
+    #[test]
+    fn every_merge_request_action_tells_the_pull_request_generators() {
+        let mut opened = merge_request("open", None, 14);
+        opened["labels"] = json!([{"title": "preview"}]);
+        let change = merge_change(opened).unwrap().unwrap();
+        assert_eq!(change.project, "group/deploy");
+        assert_eq!(change.project_id.as_deref(), Some("14"));
+        assert_eq!((change.number, change.open), (3, true));
+        assert_eq!(change.branch, "feature");
+        assert_eq!(change.labels, ["preview"]);
+        for action in ["close", "merge"] {
+            let change = merge_change(merge_request(action, None, 14))
+                .unwrap()
+                .unwrap();
+            assert!(!change.open, "{action}");
+        }
     }
 
     #[test]

@@ -221,6 +221,18 @@ async fn generate_all(
     set: &ApplicationSet,
     batch: &Batch,
 ) -> Result<Vec<template::Rendered>, AppSetError> {
+    // Its name is the value of its Applications' label.
+    let name = set.name_any();
+    if name.len() > 63 {
+        return Err(generate::GenerateError::Invalid {
+            at: "metadata.name".into(),
+            reason: format!(
+                "{name:?} is {} characters; a set's name is its Applications' {SET_LABEL} label value, at most 63",
+                name.len()
+            ),
+        }
+        .into());
+    }
     let needs = generate::needs(&set.spec.generators)?;
     let facts = facts::gather(ctx, set, &needs, batch.fresh_since, &batch.pulls).await?;
     let params = generate::generate(&set.spec.generators, &facts)?;

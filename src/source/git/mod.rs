@@ -367,6 +367,10 @@ impl GitSource {
             None => {
                 self.fetch(&git).await?;
                 commit = git.resolve(&wanted).await?;
+                if commit.is_none() && matches!(wanted, Wanted::Commit(_)) {
+                    self.fetch_pull_heads(&git).await?;
+                    commit = git.resolve(&wanted).await?;
+                }
             }
         }
         let commit = commit.ok_or_else(|| remote.revision_not_found(&wanted))?;

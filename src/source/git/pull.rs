@@ -14,7 +14,30 @@ use super::{BRANCHES, Credentials, GitError, GitSource};
 /// the branch and tag refspecs (and their `--prune`) never touch it.
 const PULLS_PREFIX: &str = "refs/setpoint/pulls/";
 
+/// Every pull request's head the hosts keep in the base repository, into
+/// the same namespace as `fetch_pull_head`'s.
+const PULL_HEADS: &str = "+refs/pull/*/head:refs/setpoint/pulls/pull/*/head";
+const MERGE_REQUEST_HEADS: &str =
+    "+refs/merge-requests/*/head:refs/setpoint/pulls/merge-requests/*/head";
+
 impl GitSource {
+    /// Fetches the heads of the remote's pull (merge) requests: a commit
+    /// id that no branch or tag reaches may be a fork's pull request head
+    /// (an ApplicationSet's pull request environment follows it by its
+    /// `head_sha`), which the host keeps only under `refs/pull/N/head` or
+    /// `refs/merge-requests/N/head`. Asked only when such a commit is
+    /// missing after the usual fetch.
+    pub(super) async fn fetch_pull_heads(&self, git: &Git<'_>) -> Result<(), GitError> {
+        let output = self
+            .run_fetch(git, &[PULL_HEADS, MERGE_REQUEST_HEADS])
+            .await?;
+        if !output.status.success() {
+            let stderr = git.remote.scrub(&super::command::stderr_text(&output));
+            return Err(git.remote.fetch_failed(stderr));
+        }
+        Ok(())
+    }
+
     /// Makes sure the mirror of `url` holds `head` (the commit `head_ref`
     /// names on the remote) and the base branches; fetches only when the
     /// commit is missing. Without `head`, fetches and answers the commit

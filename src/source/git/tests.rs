@@ -189,6 +189,29 @@ async fn full_and_short_commit_ids() {
     assert_eq!(checkout.commit, old);
 }
 
+/// A fork's pull request head is on no branch of the base repository:
+/// only under `refs/pull/N/head` (GitHub) or `refs/merge-requests/N/head`
+/// (GitLab). A checkout of its commit id finds it there.
+#[tokio::test]
+async fn a_commit_only_a_pull_request_ref_holds_is_fetched_from_it() {
+    let fx = Fixture::new();
+    fx.origin.write("a.yaml", "base\n");
+    fx.origin.commit("base");
+    for head_ref in ["refs/pull/7/head", "refs/merge-requests/3/head"] {
+        fx.origin.git(&["checkout", "--quiet", "--detach"]);
+        fx.origin.write("a.yaml", &format!("{head_ref}\n"));
+        let head = fx.origin.commit(head_ref);
+        fx.origin.git(&["update-ref", head_ref, &head]);
+        fx.origin.git(&["checkout", "--quiet", "main"]);
+        let checkout = fx.checkout(Some(&head), None).await.unwrap();
+        assert_eq!(checkout.commit, head);
+        assert_eq!(contents(&checkout, "a.yaml"), format!("{head_ref}\n"));
+    }
+    // A commit nobody has is still not found.
+    let error = fx.checkout(Some(&"e".repeat(40)), None).await.unwrap_err();
+    assert!(matches!(error, GitError::RevisionNotFound { .. }), "{error}");
+}
+
 #[tokio::test]
 async fn missing_revision() {
     let fx = Fixture::new();

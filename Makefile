@@ -188,6 +188,7 @@ bench: up clusters-up
 	cargo bench --bench charts
 	cargo bench --bench preview
 	cargo bench --bench multicluster
+	cargo bench --bench appset
 
 ## The fleet benchmark at 10,000 Applications of Flux's MTTP shape
 ## (ServiceAccount, Service, Deployment of 0 replicas, Ingress), in one

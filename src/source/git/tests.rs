@@ -209,7 +209,10 @@ async fn a_commit_only_a_pull_request_ref_holds_is_fetched_from_it() {
     }
     // A commit nobody has is still not found.
     let error = fx.checkout(Some(&"e".repeat(40)), None).await.unwrap_err();
-    assert!(matches!(error, GitError::RevisionNotFound { .. }), "{error}");
+    assert!(
+        matches!(error, GitError::RevisionNotFound { .. }),
+        "{error}"
+    );
 }
 
 #[tokio::test]

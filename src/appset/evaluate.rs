@@ -331,7 +331,18 @@ async fn applications(
     set: &ApplicationSet,
 ) -> Result<Vec<Application>, AppSetError> {
     let namespace = set.metadata.namespace.as_deref().unwrap_or_default();
-    if let Some(store) = ctx.applications() {
+    // A store that has not listed yet could miss an Application made by
+    // hand, which the set would then take over: wait for its listing, else
+    // list.
+    let listed = match ctx.applications() {
+        Some(store) => matches!(
+            tokio::time::timeout(std::time::Duration::from_secs(30), store.wait_until_ready())
+                .await,
+            Ok(Ok(()))
+        ),
+        None => false,
+    };
+    if let Some(store) = ctx.applications().filter(|_| listed) {
         return Ok(store
             .state()
             .iter()

@@ -12,6 +12,7 @@ use serde_json::{Value, json};
 use setpoint::api::{Application, ApplicationSet, ConditionStatus, ConditionType};
 
 use support::app::{install_appset_crd, synced_at};
+use support::appset::{create_set, label, owned, owns_exactly, ready, set_status};
 use support::process::{Setpoint, free_port, github_push, post_github};
 use support::{GitRepo, TestNamespace, unique_name, wait_for};
 
@@ -77,60 +78,6 @@ fn directory_set(
         }
     }))
     .unwrap()
-}
-
-async fn create_set(ns: &TestNamespace, set: &ApplicationSet) {
-    ns.api::<ApplicationSet>()
-        .create(&PostParams::default(), set)
-        .await
-        .unwrap_or_else(|e| panic!("create ApplicationSet: {e}"));
-}
-
-/// The names of the Applications of `ns` that `set` owns.
-async fn owned(ns: &TestNamespace, set: &str) -> Vec<String> {
-    let apps = ns
-        .api::<Application>()
-        .list(&Default::default())
-        .await
-        .unwrap()
-        .items;
-    let mut names: Vec<String> = apps
-        .iter()
-        .filter(|app| {
-            app.owner_references()
-                .iter()
-                .any(|r| r.kind == "ApplicationSet" && r.name == set)
-        })
-        .map(|app| app.name_any())
-        .collect();
-    names.sort();
-    names
-}
-
-async fn set_status(ns: &TestNamespace, name: &str) -> setpoint::api::ApplicationSetStatus {
-    ns.api::<ApplicationSet>()
-        .get(name)
-        .await
-        .unwrap()
-        .status
-        .unwrap_or_default()
-}
-
-/// `Ok((reason, message))` once the set's Ready condition has `status`.
-async fn ready(
-    ns: &TestNamespace,
-    name: &str,
-    status: ConditionStatus,
-) -> Result<(String, String), String> {
-    let set = set_status(ns, name).await;
-    match set
-        .conditions
-        .iter()
-        .find(|c| c.type_ == ConditionType::Ready)
-    {
-        Some(c) if c.status == status => Ok((c.reason.clone(), c.message.clone())),
-        other => Err(format!("{other:?}")),
-    }
 }
 
 fn push(port: u16, repo: &GitRepo, commit: &str, changed: &[&str]) {
@@ -313,12 +260,6 @@ async fn synced(ns: &TestNamespace, app: &str) -> Result<(), String> {
     }
 }
 
-/// `Ok` once the set owns exactly `names` (sorted).
-async fn owns_exactly(ns: &TestNamespace, set: &str, names: &[&str]) -> Result<(), String> {
-    let owned = owned(ns, set).await;
-    (owned == names).then_some(()).ok_or(format!("{owned:?}"))
-}
-
 /// The (type, note) of the events.k8s.io Events with `reason` on the
 /// ApplicationSet `set`.
 async fn set_events(ns: &TestNamespace, set: &str, reason: &str) -> Vec<(String, String)> {
@@ -397,10 +338,6 @@ fn fleet_set(ns: &TestNamespace, name: &str, repo: &GitRepo, policy: Value) -> A
         }),
         policy,
     )
-}
-
-fn label<'a>(app: &'a Application, key: &str) -> Option<&'a str> {
-    app.labels().get(key).map(String::as_str)
 }
 
 // --- The tests ----------------------------------------------------------------

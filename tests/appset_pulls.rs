@@ -18,11 +18,11 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::ResourceExt;
-use kube::api::PostParams;
 use serde_json::{Value, json};
-use setpoint::api::{Application, ApplicationSet, ConditionStatus, ConditionType};
+use setpoint::api::{Application, ApplicationSet, ConditionStatus};
 
 use support::app::{install_appset_crd, synced_at};
+use support::appset::{create_set, label, owned, owns_exactly, ready};
 use support::git::git;
 use support::github::{FakeGitHub, TOKEN, pull_json};
 use support::gitlab::{FakeGitLab, merge_request_json};
@@ -248,58 +248,6 @@ fn pull_set(
     .unwrap()
 }
 
-async fn create_set(ns: &TestNamespace, set: &ApplicationSet) {
-    ns.api::<ApplicationSet>()
-        .create(&PostParams::default(), set)
-        .await
-        .unwrap_or_else(|e| panic!("create ApplicationSet: {e}"));
-}
-
-/// The names of the Applications of `ns` that `set` owns, sorted.
-async fn owned(ns: &TestNamespace, set: &str) -> Vec<String> {
-    let apps = ns
-        .api::<Application>()
-        .list(&Default::default())
-        .await
-        .unwrap()
-        .items;
-    let mut names: Vec<String> = apps
-        .iter()
-        .filter(|app| {
-            app.owner_references()
-                .iter()
-                .any(|r| r.kind == "ApplicationSet" && r.name == set)
-        })
-        .map(|app| app.name_any())
-        .collect();
-    names.sort();
-    names
-}
-
-/// `Ok` once the set owns exactly `names` (sorted).
-async fn owns_exactly(ns: &TestNamespace, set: &str, names: &[&str]) -> Result<(), String> {
-    let owned = owned(ns, set).await;
-    (owned == names).then_some(()).ok_or(format!("{owned:?}"))
-}
-
-/// `Ok((reason, message))` once the set's Ready condition has `status`.
-async fn ready(
-    ns: &TestNamespace,
-    name: &str,
-    status: ConditionStatus,
-) -> Result<(String, String), String> {
-    let set = ns
-        .api::<ApplicationSet>()
-        .get(name)
-        .await
-        .map_err(|e| e.to_string())?;
-    let conditions = set.status.unwrap_or_default().conditions;
-    match conditions.iter().find(|c| c.type_ == ConditionType::Ready) {
-        Some(c) if c.status == status => Ok((c.reason.clone(), c.message.clone())),
-        other => Err(format!("{other:?}")),
-    }
-}
-
 /// `Ok` once Application `app` names `commit` as its target and is Synced
 /// there.
 async fn synced_on(ns: &TestNamespace, app: &str, commit: &str) -> Result<(), String> {
@@ -327,10 +275,6 @@ async fn configmap_at(ns: &TestNamespace, name: &str, rev: &str) -> Result<(), S
     (got.as_deref() == Some(rev))
         .then_some(())
         .ok_or(format!("rev {got:?}"))
-}
-
-fn label<'a>(app: &'a Application, key: &str) -> Option<&'a str> {
-    app.labels().get(key).map(String::as_str)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

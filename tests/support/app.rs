@@ -20,31 +20,18 @@ use super::{TestNamespace, kube_config};
 
 /// Installs (or updates) the Application CRD and waits until it is served.
 pub async fn install_crd(client: &kube::Client) {
-    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let crd = Application::crd();
-    let name = crd.metadata.name.clone().unwrap();
-    api.patch(
-        &name,
-        &PatchParams::apply("setpoint-tests").force(),
-        &Patch::Apply(&crd),
-    )
-    .await
-    .expect("apply the Application CRD");
-    tokio::time::timeout(
-        Duration::from_secs(30),
-        await_condition(api, &name, conditions::is_crd_established()),
-    )
-    .await
-    .expect("the Application CRD is Established in time")
-    .expect("watch the CRD");
+    apply_crd(client, Application::crd()).await;
 }
 
 /// Applies the ApplicationSet CRD (beside the Application's) and waits
 /// until it is Established.
 pub async fn install_appset_crd(client: &kube::Client) {
     install_crd(client).await;
+    apply_crd(client, setpoint::api::ApplicationSet::crd()).await;
+}
+
+async fn apply_crd(client: &kube::Client, crd: CustomResourceDefinition) {
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let crd = setpoint::api::ApplicationSet::crd();
     let name = crd.metadata.name.clone().unwrap();
     api.patch(
         &name,
@@ -52,13 +39,13 @@ pub async fn install_appset_crd(client: &kube::Client) {
         &Patch::Apply(&crd),
     )
     .await
-    .expect("apply the ApplicationSet CRD");
+    .unwrap_or_else(|e| panic!("apply the CRD {name}: {e}"));
     tokio::time::timeout(
         Duration::from_secs(30),
         await_condition(api, &name, conditions::is_crd_established()),
     )
     .await
-    .expect("the ApplicationSet CRD is Established in time")
+    .unwrap_or_else(|_| panic!("the CRD {name} is Established in time"))
     .expect("watch the CRD");
 }
 

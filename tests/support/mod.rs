@@ -6,6 +6,7 @@
 #![allow(dead_code, unused_imports)]
 
 pub mod app;
+pub mod appset;
 pub mod charts;
 pub mod git;
 pub mod github;

@@ -81,12 +81,6 @@ pub async fn evaluate(
             ..labels.clone()
         })
         .inc();
-    if let Ok(owned) = owned_count(ctx, &set).await {
-        ctx.metrics
-            .appset_applications
-            .get_or_create(&labels)
-            .set(owned as i64);
-    }
     result
 }
 
@@ -358,14 +352,6 @@ async fn applications(
         .items)
 }
 
-async fn owned_count(ctx: &Context, set: &ApplicationSet) -> Result<usize, AppSetError> {
-    Ok(applications(ctx, set)
-        .await?
-        .iter()
-        .filter(|a| owns(set, a))
-        .count())
-}
-
 /// Whether `app` is `set`'s: its controller reference names the set's uid.
 pub fn owns(set: &ApplicationSet, app: &Application) -> bool {
     app.owner_references()
@@ -411,6 +397,15 @@ async fn write_status(
     set: &ApplicationSet,
     status: crate::api::ApplicationSetStatus,
 ) -> Result<bool, AppSetError> {
+    // The gauge follows what every status this process builds counts.
+    ctx.metrics
+        .appset_applications
+        .get_or_create(&AppSetLabels {
+            namespace: set.namespace().unwrap_or_default(),
+            appset: set.name_any(),
+            result: String::new(),
+        })
+        .set(i64::from(status.summary.applications));
     if set.status.as_ref() == Some(&status) {
         return Ok(false);
     }

@@ -199,6 +199,7 @@ pub async fn run(
         futures::stream::select(stream.map(Input::Application), changes.map(Input::Cluster));
     futures::pin_mut!(inputs);
     let mut retry = Retry::default();
+    let mut list_started = 0;
     while let Some(input) = inputs.next().await {
         let event = match input {
             Input::Application(event) => event,
@@ -247,7 +248,10 @@ pub async fn run(
             }
         };
         match event {
-            WatchEvent::Init => listing = true,
+            WatchEvent::Init => {
+                listing = true;
+                list_started = crate::event::unix_millis(std::time::SystemTime::now());
+            }
             WatchEvent::InitDone => {
                 listing = false;
                 targets.rebuild(&store.state(), &scope);
@@ -289,7 +293,14 @@ pub async fn run(
                     Some(previous) => previous != generation,
                 };
                 if changed && apps {
-                    publish(&queue, Event::new(key, Cause::AppChanged)).await;
+                    let mut event = Event::new(key, Cause::AppChanged);
+                    if listing {
+                        // One listing read every Application at once: a fetch
+                        // started after it began is fresh for all of them,
+                        // however long publishing the listing takes.
+                        event = event.with_fresh_since(Some(list_started));
+                    }
+                    publish(&queue, event).await;
                 }
             }
             WatchEvent::Delete(app) => {

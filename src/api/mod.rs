@@ -239,6 +239,13 @@ pub struct SyncPolicy {
     /// fails (`30s`, `10m`, `1h`); default 10m.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wave_timeout: Option<String>,
+    /// Argo CD's sync options for every object of the Application
+    /// (`CreateNamespace=true`, `Prune=false`, `Replace=true`,
+    /// `Validate=false`, `SkipDryRunOnMissingResource=true`, `PruneLast=true`,
+    /// …); an object's `setpoint.dev/sync-options` or
+    /// `argocd.argoproj.io/sync-options` annotation wins for that object.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sync_options: Vec<String>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -12,6 +12,7 @@
 //!    hooks, `ordered_sync.rs` follows `ordering.rs` instead);
 //! 8. health and status — written only when changed; Events for what happened.
 
+pub mod annotations;
 pub mod apply;
 mod chart;
 mod commit_status;
@@ -555,13 +556,22 @@ async fn sync_rendered(
     let mut hooks = Vec::new();
     let mut hook_orderings = Vec::new();
     for d in prepared {
-        let order = ordering::ordering(&d.manifest)?;
-        if order.hook.is_some() {
-            hooks.push(d);
-            hook_orderings.push(order);
-        } else {
-            desired.push(d);
-            waves.push(order.wave);
+        match ordering::placement(&d.manifest)? {
+            ordering::Placement::Object(wave) => {
+                desired.push(d);
+                waves.push(wave);
+            }
+            ordering::Placement::Hooks(orderings) => {
+                // A hook of several phases is one object per phase.
+                for order in orderings {
+                    hooks.push(prepare::Desired {
+                        manifest: d.manifest.clone(),
+                        kind: d.kind.clone(),
+                    });
+                    hook_orderings.push(order);
+                }
+            }
+            ordering::Placement::Skip => {}
         }
     }
     let how = live::Read::for_reconcile(request.manual);

@@ -15,6 +15,7 @@ use serde_json::Value;
 
 use crate::api::{Health, HookPhase, HookRecord, HookState, RunPhase, SyncRun, WaveRecord};
 use crate::manifest::ObjectId;
+use crate::reconcile::annotations;
 use crate::reconcile::apply::{self, Applied, ApplyError};
 use crate::reconcile::health::{self, Assessment};
 use crate::reconcile::kinds::Kinds;
@@ -142,6 +143,7 @@ pub(super) async fn sync(mut input: Input<'_>) -> Result<Ordered, ApplyError> {
             }
         }
     };
+    name_generated_hooks(&mut input, &run);
     match run.phase {
         RunPhase::Succeeded => {
             steady(&mut input, &mut out).await?;
@@ -499,13 +501,43 @@ async fn prune(input: &Input<'_>, out: &mut Ordered) -> Result<(), ApplyError> {
     Ok(())
 }
 
-fn hook_ids(input: &Input<'_>) -> Vec<(ObjectId, HookPhase)> {
+fn hook_ids(input: &Input<'_>) -> Vec<(ObjectId, HookPhase, i32)> {
     input
         .hooks
         .iter()
         .zip(input.hook_orderings)
-        .filter_map(|(h, o)| o.hook.map(|(phase, _)| (h.manifest.id.clone(), phase)))
+        .filter_map(|(h, o)| {
+            o.hook
+                .map(|(phase, _)| (h.manifest.id.clone(), phase, o.wave))
+        })
         .collect()
+}
+
+/// Names the hooks that have only `metadata.generateName` (Argo CD's usual
+/// hook Job): a name of this run's own, so each run creates a new object,
+/// and the same name in every reconcile of the run. The prefix is kept in
+/// an annotation, to find the objects of earlier runs.
+fn name_generated_hooks(input: &mut Input<'_>, run: &SyncRun) {
+    for (hook, order) in input.hooks.iter_mut().zip(input.hook_orderings) {
+        let Some((phase, _)) = order.hook else {
+            continue;
+        };
+        let Some(prefix) = annotations::generate_name(&hook.manifest.body).map(str::to_string)
+        else {
+            continue;
+        };
+        let name = annotations::generated_name(&prefix, &run.revision, &run.started_at, phase);
+        let metadata = &mut hook.manifest.body["metadata"];
+        metadata["name"] = Value::String(name.clone());
+        if let Some(map) = metadata.as_object_mut() {
+            map.remove("generateName");
+        }
+        if !metadata["annotations"].is_object() {
+            metadata["annotations"] = serde_json::json!({});
+        }
+        metadata["annotations"][annotations::GENERATED_FROM] = Value::String(prefix);
+        hook.manifest.id.name = name;
+    }
 }
 
 /// The PreSync or PostSync hooks: created once per run, then waited for.
@@ -584,6 +616,9 @@ async fn create_hook(
                 id: id.clone(),
                 source,
             })?;
+        if delete_policy(input, &id).before_hook_creation {
+            delete_earlier_runs(&api, &input.hooks[j].manifest.body, &id).await?;
+        }
         if let Some(old) = existing {
             let uid = old.metadata.uid.clone();
             delete(&api, &id, uid.clone()).await?;
@@ -637,6 +672,56 @@ async fn create_hook(
     let assessment = health::assess(&id.group, &id.kind, &live);
     settle(input, &mut record, assessment).await?;
     run.hooks.push(record);
+    Ok(())
+}
+
+/// A generated hook's objects of earlier runs (same prefix, same
+/// Application, another name): deleted before this run's is created.
+async fn delete_earlier_runs(
+    api: &kube::Api<kube::api::DynamicObject>,
+    body: &Value,
+    id: &ObjectId,
+) -> Result<(), ApplyError> {
+    let annotation = |key: &str| {
+        body.pointer("/metadata/annotations")
+            .and_then(|a| a.get(key))
+            .and_then(Value::as_str)
+            .map(str::to_string)
+    };
+    let Some(prefix) = annotation(annotations::GENERATED_FROM) else {
+        return Ok(());
+    };
+    let Some(app) = body
+        .pointer("/metadata/labels")
+        .and_then(|l| l.get(crate::reconcile::prepare::APP_LABEL))
+        .and_then(Value::as_str)
+    else {
+        return Ok(());
+    };
+    let owner = annotation(crate::reconcile::prepare::APP_ANNOTATION);
+    let selector = format!("{}={app}", crate::reconcile::prepare::APP_LABEL);
+    let earlier = api
+        .list(&kube::api::ListParams::default().labels(&selector))
+        .await
+        .map_err(|source| ApplyError::ApplyObject {
+            id: id.clone(),
+            source,
+        })?;
+    for old in earlier.items {
+        let old_annotations = old.metadata.annotations.as_ref();
+        let same = |key: &str, want: Option<&str>| {
+            old_annotations.and_then(|a| a.get(key)).map(String::as_str) == want
+        };
+        let name = old.metadata.name.clone().unwrap_or_default();
+        if name != id.name
+            && same(annotations::GENERATED_FROM, Some(&prefix))
+            && same(crate::reconcile::prepare::APP_ANNOTATION, owner.as_deref())
+        {
+            tracing::info!(object = %id, earlier = %name, "deleting an earlier run's hook");
+            let earlier_id = ObjectId { name, ..id.clone() };
+            delete(api, &earlier_id, old.metadata.uid.clone()).await?;
+        }
+    }
     Ok(())
 }
 

@@ -14,40 +14,53 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use super::annotations::{self, HookAnnotation};
 use crate::api::{Health, HookPhase, HookRecord, HookState};
 use crate::manifest::{Manifest, ObjectId};
 
-pub const WAVE_ANNOTATION: &str = "setpoint.dev/sync-wave";
-pub const HOOK_ANNOTATION: &str = "setpoint.dev/hook";
-pub const HOOK_DELETE_POLICY_ANNOTATION: &str = "setpoint.dev/hook-delete-policy";
+pub const WAVE_ANNOTATION: &str = annotations::WAVE[0];
+pub const HOOK_ANNOTATION: &str = annotations::HOOK[0];
+pub const HOOK_DELETE_POLICY_ANNOTATION: &str = annotations::DELETE_POLICY[0];
 
 /// `spec.syncPolicy.waveTimeout` when it is not set.
 pub const DEFAULT_WAVE_TIMEOUT: Duration = Duration::from_secs(600);
 
 #[derive(Debug, thiserror::Error)]
 pub enum OrderingError {
-    #[error("{object} ({origin}): the annotation {WAVE_ANNOTATION} is {value:?}, not an integer")]
+    #[error("{object} ({origin}): the annotation {annotation} is {value:?}, not an integer")]
     InvalidWave {
         object: String,
         origin: String,
+        annotation: &'static str,
         value: String,
     },
     #[error(
-        "{object} ({origin}): the annotation {HOOK_ANNOTATION} is {value:?}, not one of PreSync, Sync, PostSync, SyncFail"
+        "{object} ({origin}): the annotation {annotation} is {value:?}, not {}",
+        if *.annotation == "helm.sh/hook" {
+            "a list of pre-install, pre-upgrade, post-install, post-upgrade, crd-install, pre-delete, post-delete, pre-rollback, post-rollback, test"
+        } else {
+            "a list of PreSync, Sync, PostSync, SyncFail, Skip, PreDelete, PostDelete"
+        }
     )]
     InvalidHook {
         object: String,
         origin: String,
+        annotation: &'static str,
         value: String,
     },
     #[error(
-        "{object} ({origin}): the annotation {HOOK_DELETE_POLICY_ANNOTATION} is {value:?}, not one of BeforeHookCreation, HookSucceeded, HookFailed"
+        "{object} ({origin}): the annotation {annotation} is {value:?}, not a list of BeforeHookCreation, HookSucceeded, HookFailed (or Helm's before-hook-creation, hook-succeeded, hook-failed)"
     )]
     InvalidDeletePolicy {
         object: String,
         origin: String,
+        annotation: &'static str,
         value: String,
     },
+    #[error(
+        "{object} ({origin}): metadata.name is missing; metadata.generateName is allowed only on hooks (a setpoint.dev/hook, argocd.argoproj.io/hook or helm.sh/hook annotation), which get a new name each sync"
+    )]
+    GenerateNameNotHook { object: String, origin: String },
     #[error("spec.syncPolicy.waveTimeout {value:?} is not a duration like 30s, 10m or 1h")]
     InvalidWaveTimeout { value: String },
     #[error("wave {wave} was not Healthy within {}: {}", humantime(*.timeout), .objects.join("; "))]
@@ -72,6 +85,7 @@ impl OrderingError {
             OrderingError::InvalidHook { .. } | OrderingError::InvalidDeletePolicy { .. } => {
                 "InvalidHook"
             }
+            OrderingError::GenerateNameNotHook { .. } => "InvalidObject",
             OrderingError::InvalidWaveTimeout { .. } => "InvalidWaveTimeout",
             OrderingError::WaveTimeout { .. } => "WaveTimeout",
             OrderingError::HookFailed { .. } => "HookFailed",
@@ -90,15 +104,7 @@ fn humantime(d: Duration) -> String {
     }
 }
 
-/// When a hook object is deleted (`setpoint.dev/hook-delete-policy`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum DeletePolicy {
-    /// The previous run's object is deleted before this one is created.
-    #[default]
-    BeforeHookCreation,
-    HookSucceeded,
-    HookFailed,
-}
+pub use super::annotations::DeletePolicy;
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Ordering {
@@ -106,80 +112,99 @@ pub struct Ordering {
     pub hook: Option<(HookPhase, DeletePolicy)>,
 }
 
-fn annotation<'a>(body: &'a Value, key: &str) -> Option<&'a str> {
-    body.pointer("/metadata/annotations")
-        .and_then(|a| a.get(key))
-        .and_then(Value::as_str)
+/// Where one manifest goes in a sync.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Placement {
+    /// An ordinary object, in this wave.
+    Object(i32),
+    /// A hook: one entry per phase it runs at (Argo CD allows
+    /// `PreSync,PostSync`), each with the hook's wave and delete policy.
+    Hooks(Vec<Ordering>),
+    /// Never applied (`Skip`, deletion hooks, Helm's test hooks).
+    Skip,
 }
 
-/// The wave and hook annotations of one manifest.
-pub fn ordering(manifest: &Manifest) -> Result<Ordering, OrderingError> {
+/// The wave and hook annotations of one manifest (Setpoint's, Argo CD's or
+/// Helm's: `annotations.rs`).
+pub fn placement(manifest: &Manifest) -> Result<Placement, OrderingError> {
     let body = &manifest.body;
-    let invalid = |value: &str| {
-        (
-            manifest.id.to_string(),
-            manifest.origin.to_string(),
-            value.to_string(),
-        )
-    };
-    let wave = match annotation(body, WAVE_ANNOTATION) {
+    let object = || manifest.id.to_string();
+    let origin = || manifest.origin.to_string();
+    let wave = match annotations::wave(body) {
         None => 0,
-        Some(value) => value.trim().parse().map_err(|_| {
-            let (object, origin, value) = invalid(value);
-            OrderingError::InvalidWave {
-                object,
-                origin,
-                value,
-            }
-        })?,
-    };
-    let hook = match annotation(body, HOOK_ANNOTATION) {
-        None => None,
-        Some(value) => {
-            let phase = match value.trim() {
-                "PreSync" => HookPhase::PreSync,
-                "Sync" => HookPhase::Sync,
-                "PostSync" => HookPhase::PostSync,
-                "SyncFail" => HookPhase::SyncFail,
-                _ => {
-                    let (object, origin, value) = invalid(value);
-                    return Err(OrderingError::InvalidHook {
-                        object,
-                        origin,
-                        value,
-                    });
-                }
-            };
-            let policy = match annotation(body, HOOK_DELETE_POLICY_ANNOTATION).map(str::trim) {
-                None | Some("BeforeHookCreation") => DeletePolicy::BeforeHookCreation,
-                Some("HookSucceeded") => DeletePolicy::HookSucceeded,
-                Some("HookFailed") => DeletePolicy::HookFailed,
-                Some(other) => {
-                    let (object, origin, value) = invalid(other);
-                    return Err(OrderingError::InvalidDeletePolicy {
-                        object,
-                        origin,
-                        value,
-                    });
-                }
-            };
-            Some((phase, policy))
+        Some((annotation, value)) => {
+            value
+                .trim()
+                .parse()
+                .map_err(|_| OrderingError::InvalidWave {
+                    object: object(),
+                    origin: origin(),
+                    annotation,
+                    value: value.to_string(),
+                })?
         }
     };
-    Ok(Ordering { wave, hook })
+    let phases = match annotations::hook(body) {
+        Ok(HookAnnotation::None) => Vec::new(),
+        Ok(HookAnnotation::Skip) => return Ok(Placement::Skip),
+        Ok(HookAnnotation::Phases(phases)) => phases,
+        Err(unknown) => {
+            return Err(OrderingError::InvalidHook {
+                object: object(),
+                origin: origin(),
+                annotation: unknown.annotation,
+                value: unknown.value,
+            });
+        }
+    };
+    if phases.is_empty() {
+        if annotations::generate_name(body).is_some() {
+            return Err(OrderingError::GenerateNameNotHook {
+                object: object(),
+                origin: origin(),
+            });
+        }
+        return Ok(Placement::Object(wave));
+    }
+    let policy =
+        annotations::delete_policy(body).map_err(|unknown| OrderingError::InvalidDeletePolicy {
+            object: object(),
+            origin: origin(),
+            annotation: unknown.annotation,
+            value: unknown.value,
+        })?;
+    Ok(Placement::Hooks(
+        phases
+            .into_iter()
+            .map(|phase| Ordering {
+                wave,
+                hook: Some((phase, policy)),
+            })
+            .collect(),
+    ))
+}
+
+/// The wave and hook of one manifest that runs at one phase at most (the
+/// first, for a hook of several).
+pub fn ordering(manifest: &Manifest) -> Result<Ordering, OrderingError> {
+    Ok(match placement(manifest)? {
+        Placement::Object(wave) => Ordering { wave, hook: None },
+        Placement::Hooks(hooks) => hooks[0],
+        Placement::Skip => Ordering::default(),
+    })
 }
 
 /// Whether a live object is a hook: hooks are never pruned as ordinary
 /// objects, and their changes are not drift.
 pub fn is_hook(live: &Value) -> bool {
-    annotation(live, HOOK_ANNOTATION).is_some()
+    annotations::is_hook(live)
 }
 
 /// The wave a live object was applied in (for the prune order); an
 /// unreadable annotation counts as wave 0.
 pub fn live_wave(live: &Value) -> i32 {
-    annotation(live, WAVE_ANNOTATION)
-        .and_then(|w| w.trim().parse().ok())
+    annotations::wave(live)
+        .and_then(|(_, w)| w.trim().parse().ok())
         .unwrap_or(0)
 }
 
@@ -301,22 +326,52 @@ pub fn same_hook(record: &HookRecord, phase: HookPhase, id: &ObjectId) -> bool {
         && record.name == id.name
 }
 
-/// The hooks of `phase` among `hooks` (each its object and phase), given the
-/// run's records of the hooks it created.
+/// The hooks of `phase` among `hooks` (each its object, phase and wave),
+/// given the run's records of the hooks it created. The waves of a phase run
+/// in ascending order (Argo CD's `sync-wave`, Helm's `hook-weight`); the
+/// hooks of one wave side by side.
 pub fn next_hook<'a>(
     phase: HookPhase,
-    hooks: &[(ObjectId, HookPhase)],
+    hooks: &[(ObjectId, HookPhase, i32)],
     records: &'a [HookRecord],
 ) -> NextHook<'a> {
-    let create: Vec<usize> = hooks
+    let mut waves: Vec<i32> = hooks
         .iter()
-        .enumerate()
-        .filter(|(_, (id, p))| *p == phase && !records.iter().any(|r| same_hook(r, phase, id)))
-        .map(|(i, _)| i)
+        .filter(|(_, p, _)| *p == phase)
+        .map(|(_, _, w)| *w)
         .collect();
-    if !create.is_empty() {
-        return NextHook::Create(create);
+    waves.sort_unstable();
+    waves.dedup();
+    for wave in waves {
+        let members = || {
+            hooks
+                .iter()
+                .enumerate()
+                .filter(move |(_, (_, p, w))| *p == phase && *w == wave)
+        };
+        let create: Vec<usize> = members()
+            .filter(|(_, (id, _, _))| !records.iter().any(|r| same_hook(r, phase, id)))
+            .map(|(i, _)| i)
+            .collect();
+        if !create.is_empty() {
+            return NextHook::Create(create);
+        }
+        let of_wave: Vec<&HookRecord> = records
+            .iter()
+            .filter(|r| members().any(|(_, (id, _, _))| same_hook(r, phase, id)))
+            .collect();
+        if let Some(failed) = of_wave.iter().find(|r| r.state == HookState::Failed) {
+            return NextHook::Failed(failed);
+        }
+        let running: Vec<&HookRecord> = of_wave
+            .into_iter()
+            .filter(|r| r.state == HookState::Running)
+            .collect();
+        if !running.is_empty() {
+            return NextHook::Wait(running);
+        }
     }
+    // Hooks of the run that the render no longer has still count.
     let of_phase: Vec<&HookRecord> = records.iter().filter(|r| r.phase == phase).collect();
     if let Some(failed) = of_phase.iter().find(|r| r.state == HookState::Failed) {
         return NextHook::Failed(failed);
@@ -345,11 +400,11 @@ pub fn hook_state(health: Health) -> HookState {
 
 /// Whether the finished hook is deleted now, by its delete policy.
 pub fn delete_when_finished(policy: DeletePolicy, state: HookState) -> bool {
-    matches!(
-        (policy, state),
-        (DeletePolicy::HookSucceeded, HookState::Succeeded)
-            | (DeletePolicy::HookFailed, HookState::Failed)
-    )
+    match state {
+        HookState::Succeeded => policy.hook_succeeded,
+        HookState::Failed => policy.hook_failed,
+        HookState::Running => false,
+    }
 }
 
 /// Milliseconds between two RFC 3339 times; None when one does not parse.
@@ -431,26 +486,67 @@ mod tests {
         let pre = ordering(&manifest(json!({HOOK_ANNOTATION: "PreSync"}))).unwrap();
         assert_eq!(
             pre.hook,
-            Some((HookPhase::PreSync, DeletePolicy::BeforeHookCreation))
+            Some((HookPhase::PreSync, DeletePolicy::default()))
         );
         let fail = ordering(&manifest(json!({
             HOOK_ANNOTATION: "SyncFail",
             HOOK_DELETE_POLICY_ANNOTATION: "HookSucceeded",
         })))
         .unwrap();
-        assert_eq!(
-            fail.hook,
-            Some((HookPhase::SyncFail, DeletePolicy::HookSucceeded))
-        );
-        let bad = ordering(&manifest(json!({HOOK_ANNOTATION: "PreDelete"}))).unwrap_err();
+        let (phase, policy) = fail.hook.unwrap();
+        assert_eq!(phase, HookPhase::SyncFail);
+        assert!(policy.hook_succeeded && !policy.before_hook_creation);
+        let bad = ordering(&manifest(json!({HOOK_ANNOTATION: "PreSink"}))).unwrap_err();
         assert_eq!(bad.reason(), "InvalidHook");
-        assert!(bad.to_string().contains("\"PreDelete\""), "{bad}");
+        assert!(bad.to_string().contains("\"PreSink\""), "{bad}");
         let bad_policy = ordering(&manifest(json!({
             HOOK_ANNOTATION: "PostSync",
             HOOK_DELETE_POLICY_ANNOTATION: "Never",
         })))
         .unwrap_err();
         assert_eq!(bad_policy.reason(), "InvalidHook");
+    }
+
+    #[test]
+    fn argo_cd_and_helm_placements() {
+        let helm = placement(&manifest(json!({
+            "helm.sh/hook": "pre-install,post-upgrade",
+            "helm.sh/hook-weight": "-2",
+            "helm.sh/hook-delete-policy": "hook-succeeded",
+        })))
+        .unwrap();
+        let Placement::Hooks(hooks) = helm else {
+            panic!("{helm:?}")
+        };
+        assert_eq!(hooks.len(), 2);
+        assert!(hooks.iter().all(|h| h.wave == -2));
+        assert_eq!(hooks[0].hook.unwrap().0, HookPhase::PreSync);
+        assert_eq!(hooks[1].hook.unwrap().0, HookPhase::PostSync);
+        assert_eq!(
+            placement(&manifest(json!({"argocd.argoproj.io/hook": "Skip"}))).unwrap(),
+            Placement::Skip
+        );
+        assert_eq!(
+            placement(&manifest(json!({"argocd.argoproj.io/sync-wave": "3"}))).unwrap(),
+            Placement::Object(3)
+        );
+        let bad = placement(&manifest(json!({"argocd.argoproj.io/sync-wave": "x"}))).unwrap_err();
+        assert!(
+            bad.to_string()
+                .contains("argocd.argoproj.io/sync-wave is \"x\""),
+            "{bad}"
+        );
+        // generateName: a hook's is fine, an ordinary object's is refused.
+        let mut nameless = manifest(json!({}));
+        nameless.body = json!({"metadata": {"generateName": "job-"}});
+        let refused = placement(&nameless).unwrap_err();
+        assert!(
+            refused
+                .to_string()
+                .contains("generateName is allowed only on hooks")
+        );
+        nameless.body["metadata"]["annotations"] = json!({"argocd.argoproj.io/hook": "PreSync"});
+        assert!(matches!(placement(&nameless).unwrap(), Placement::Hooks(_)));
     }
 
     #[test]
@@ -554,9 +650,9 @@ mod tests {
     #[test]
     fn the_hooks_of_a_phase_are_created_once_then_waited_for() {
         let hooks = vec![
-            (id("Job", "migrate"), HookPhase::PreSync),
-            (id("Job", "notify"), HookPhase::PostSync),
-            (id("Job", "page"), HookPhase::SyncFail),
+            (id("Job", "migrate"), HookPhase::PreSync, 0),
+            (id("Job", "notify"), HookPhase::PostSync, 0),
+            (id("Job", "page"), HookPhase::SyncFail, 0),
         ];
         assert_eq!(
             next_hook(HookPhase::PreSync, &hooks, &[]),
@@ -584,24 +680,53 @@ mod tests {
     }
 
     #[test]
+    fn the_waves_of_a_phase_run_in_order() {
+        let hooks = vec![
+            (id("Job", "second"), HookPhase::PreSync, 5),
+            (id("Job", "first-a"), HookPhase::PreSync, -1),
+            (id("Job", "first-b"), HookPhase::PreSync, -1),
+        ];
+        assert_eq!(
+            next_hook(HookPhase::PreSync, &hooks, &[]),
+            NextHook::Create(vec![1, 2])
+        );
+        let one_running = [
+            record(HookPhase::PreSync, "first-a", HookState::Succeeded),
+            record(HookPhase::PreSync, "first-b", HookState::Running),
+        ];
+        assert!(matches!(
+            next_hook(HookPhase::PreSync, &hooks, &one_running),
+            NextHook::Wait(r) if r.len() == 1 && r[0].name == "first-b"
+        ));
+        let first_done = [
+            record(HookPhase::PreSync, "first-a", HookState::Succeeded),
+            record(HookPhase::PreSync, "first-b", HookState::Succeeded),
+        ];
+        assert_eq!(
+            next_hook(HookPhase::PreSync, &hooks, &first_done),
+            NextHook::Create(vec![0])
+        );
+    }
+
+    #[test]
     fn hook_states_and_delete_policies() {
         assert_eq!(hook_state(Health::Healthy), HookState::Succeeded);
         assert_eq!(hook_state(Health::Degraded), HookState::Failed);
         assert_eq!(hook_state(Health::Progressing), HookState::Running);
+        let only = |succeeded, failed| DeletePolicy {
+            before_hook_creation: false,
+            hook_succeeded: succeeded,
+            hook_failed: failed,
+        };
         assert!(delete_when_finished(
-            DeletePolicy::HookSucceeded,
+            only(true, false),
             HookState::Succeeded
         ));
+        assert!(!delete_when_finished(only(true, false), HookState::Failed));
+        assert!(delete_when_finished(only(false, true), HookState::Failed));
+        assert!(delete_when_finished(only(true, true), HookState::Failed));
         assert!(!delete_when_finished(
-            DeletePolicy::HookSucceeded,
-            HookState::Failed
-        ));
-        assert!(delete_when_finished(
-            DeletePolicy::HookFailed,
-            HookState::Failed
-        ));
-        assert!(!delete_when_finished(
-            DeletePolicy::BeforeHookCreation,
+            DeletePolicy::default(),
             HookState::Succeeded
         ));
     }

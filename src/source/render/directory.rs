@@ -192,7 +192,15 @@ fn flatten(value: Value, origin: &Origin, out: &mut Vec<Manifest>) -> Result<(),
     };
     let api_version = field("apiVersion", &value["apiVersion"])?;
     let kind = field("kind", &value["kind"])?;
-    let name = field("metadata.name", &value["metadata"]["name"])?;
+    // An object given only `generateName` is named when a sync creates it:
+    // allowed for hooks only (`reconcile::ordering` refuses the others).
+    let name = match (
+        &value["metadata"]["name"],
+        &value["metadata"]["generateName"],
+    ) {
+        (Value::Null, Value::String(prefix)) if !prefix.is_empty() => prefix.clone(),
+        (name, _) => field("metadata.name", name)?,
+    };
     let namespace = match &value["metadata"]["namespace"] {
         Value::Null => None,
         Value::String(s) if s.is_empty() => None,

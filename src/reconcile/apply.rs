@@ -17,6 +17,8 @@ use std::time::Duration;
 use futures::StreamExt;
 use kube::Client;
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions, PropagationPolicy};
+
+use crate::reconcile::sync_options::{self, Options, Propagation};
 use serde_json::Value;
 
 use crate::manifest::ObjectId;
@@ -206,10 +208,43 @@ pub struct Applied {
     pub live: Value,
 }
 
-fn apply_params(dry_run: bool) -> PatchParams {
+fn apply_params(dry_run: bool, options: &Options) -> PatchParams {
     let mut params = PatchParams::apply(FIELD_MANAGER).force();
     params.dry_run = dry_run;
+    if !options.validate {
+        params = params.validation_ignore();
+    }
     params
+}
+
+/// `Replace=true`: the object is replaced whole (or created), as Argo CD's
+/// `kubectl replace`/`create`, instead of server-side applied.
+async fn replace(
+    api: &kube::Api<kube::api::DynamicObject>,
+    id: &ObjectId,
+    body: &Value,
+) -> Result<kube::api::DynamicObject, ApplyError> {
+    let mut object: kube::api::DynamicObject =
+        serde_json::from_value(body.clone()).map_err(|error| ApplyError::ApplyObject {
+            id: id.clone(),
+            source: kube::Error::SerdeError(error),
+        })?;
+    let params = kube::api::PostParams {
+        field_manager: Some(FIELD_MANAGER.to_string()),
+        ..Default::default()
+    };
+    let existing = api
+        .get_opt(&id.name)
+        .await
+        .map_err(|source| classify(id, source))?;
+    match existing {
+        Some(live) => {
+            object.metadata.resource_version = live.metadata.resource_version;
+            api.replace(&id.name, &params, &object).await
+        }
+        None => api.create(&params, &object).await,
+    }
+    .map_err(|source| classify(id, source))
 }
 
 /// Dry-runs, then applies, `chosen` (indexes into `desired`) in order.
@@ -269,7 +304,7 @@ pub async fn dry_run(
         checks.push(async move {
             api.patch(
                 &id.name,
-                &apply_params(true),
+                &apply_params(true, &d.options),
                 &Patch::Apply(&d.manifest.body),
             )
             .await
@@ -317,14 +352,17 @@ pub async fn apply_checked(
         let d = &desired[i];
         let kind = d.kind.as_ref().expect("resolved above");
         let api = api_for(client, &kind.resource, id.namespace.as_deref());
-        let live = api
-            .patch(
+        let live = if d.options.replace {
+            replace(&api, &id, &d.manifest.body).await?
+        } else {
+            api.patch(
                 &id.name,
-                &apply_params(false),
+                &apply_params(false, &d.options),
                 &Patch::Apply(&d.manifest.body),
             )
             .await
-            .map_err(|source| classify(&id, source))?;
+            .map_err(|source| classify(&id, source))?
+        };
         if id.group == "apiextensions.k8s.io" && id.kind == "CustomResourceDefinition" {
             crds_applied.push(id.name.clone());
         }
@@ -335,6 +373,59 @@ pub async fn apply_checked(
         });
     }
     Ok(applied)
+}
+
+/// `CreateNamespace=true`: the destination namespace is created when it
+/// is missing and the render does not hold it. It is not the Application's
+/// object (never labelled, never pruned), as in Argo CD.
+pub async fn create_namespace(
+    client: &Client,
+    namespace: &str,
+    desired: &[Desired],
+) -> Result<(), ApplyError> {
+    let in_render = desired.iter().any(|d| {
+        let id = &d.manifest.id;
+        id.group.is_empty() && id.kind == "Namespace" && id.name == namespace
+    });
+    if in_render {
+        return Ok(());
+    }
+    use k8s_openapi::api::core::v1::Namespace;
+    let api: kube::Api<Namespace> = kube::Api::all(client.clone());
+    let id = ObjectId {
+        group: String::new(),
+        version: "v1".into(),
+        kind: "Namespace".into(),
+        namespace: None,
+        name: namespace.to_string(),
+    };
+    if api
+        .get_opt(namespace)
+        .await
+        .map_err(|source| classify(&id, source))?
+        .is_some()
+    {
+        return Ok(());
+    }
+    let object = Namespace {
+        metadata: kube::api::ObjectMeta {
+            name: Some(namespace.to_string()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let params = kube::api::PostParams {
+        field_manager: Some(FIELD_MANAGER.to_string()),
+        ..Default::default()
+    };
+    match api.create(&params, &object).await {
+        Ok(_) => {
+            tracing::info!(%namespace, "created the destination namespace (CreateNamespace=true)");
+            Ok(())
+        }
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+        Err(source) => Err(classify(&id, source)),
+    }
 }
 
 fn namespace_in(desired: &[Desired], chosen: &[usize], namespace: &str) -> bool {
@@ -424,6 +515,7 @@ pub async fn prune(
     kinds: &Kinds,
     targets: &[ObjectId],
     live: &HashMap<ObjectId, Value>,
+    app_options: Options,
 ) -> Result<Vec<ObjectId>, ApplyError> {
     let mut order: Vec<&ObjectId> = targets.iter().collect();
     order.sort_by_key(|id| std::cmp::Reverse(rank(&id.group, &id.kind)));
@@ -441,8 +533,15 @@ pub async fn prune(
             .get(id)
             .and_then(|o| o["metadata"]["uid"].as_str())
             .map(String::from);
+        let options = live
+            .get(id)
+            .map_or(app_options, |o| sync_options::of_live(app_options, o));
         let params = DeleteParams {
-            propagation_policy: Some(PropagationPolicy::Background),
+            propagation_policy: Some(match options.propagation {
+                Propagation::Background => PropagationPolicy::Background,
+                Propagation::Foreground => PropagationPolicy::Foreground,
+                Propagation::Orphan => PropagationPolicy::Orphan,
+            }),
             preconditions: uid.map(|uid| Preconditions {
                 uid: Some(uid),
                 resource_version: None,
@@ -544,6 +643,7 @@ mod tests {
                 body: json!({}),
             },
             kind: None,
+            options: Default::default(),
         }
     }
 

@@ -20,6 +20,7 @@ use crate::context::Context;
 use crate::manifest::ObjectId;
 
 use super::prepare::{APP_ANNOTATION, owner_key};
+use super::sync_options;
 use super::{ReconcileError, apply, live};
 
 /// Setpoint's name for it.
@@ -45,6 +46,9 @@ pub async fn finalize(ctx: &Context, app: &Application) -> Result<Vec<ObjectId>,
     let cluster = super::destination(ctx, app).await?;
     let client = cluster.client_for(&identity);
     let owner = owner_key(app);
+    // Unreadable options hold nothing back: the objects are deleted.
+    let app_options =
+        sync_options::of_application(&app.spec.sync_policy.sync_options).unwrap_or_default();
     let mut targets = Vec::new();
     let mut held: HashMap<ObjectId, Value> = HashMap::new();
     let inventory = app.status.iter().flat_map(|s| s.resources.iter());
@@ -81,10 +85,16 @@ pub async fn finalize(ctx: &Context, app: &Application) -> Result<Vec<ObjectId>,
         if object["metadata"]["annotations"][APP_ANNOTATION].as_str() != Some(owner.as_str()) {
             continue;
         }
+        // `Delete=false` (or Helm's `resource-policy: keep`): it outlives
+        // its Application.
+        if !sync_options::of_live(app_options, &object).delete {
+            tracing::info!(object = %id, "kept: Delete=false");
+            continue;
+        }
         held.insert(id.clone(), object);
         targets.push(id);
     }
-    let pruned = apply::prune(&client, &cluster.kinds, &targets, &held).await?;
+    let pruned = apply::prune(&client, &cluster.kinds, &targets, &held, app_options).await?;
     release(ctx, app).await?;
     tracing::info!(app = %owner, deleted = pruned.len(), "Application deleted with its objects");
     Ok(pruned)

@@ -32,6 +32,7 @@ pub mod policy;
 pub mod prepare;
 pub mod status;
 mod status_write;
+pub mod sync_options;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -138,6 +139,7 @@ impl ReconcileError {
             ReconcileError::Chart(e) => e.reason(),
             ReconcileError::Render(e) => e.reason(),
             ReconcileError::Prepare(PrepareError::Duplicate(_)) => "InvalidManifest",
+            ReconcileError::Prepare(PrepareError::Options(_)) => "InvalidSyncOption",
             ReconcileError::Prepare(e) if e.is_transient() => "DiscoveryFailed",
             ReconcileError::Prepare(_) => "UnknownKind",
             ReconcileError::Live(_) => "ReadLiveFailed",
@@ -567,6 +569,7 @@ async fn sync_rendered(
                     hooks.push(prepare::Desired {
                         manifest: d.manifest.clone(),
                         kind: d.kind.clone(),
+                        options: d.options,
                     });
                     hook_orderings.push(order);
                 }
@@ -646,7 +649,13 @@ async fn sync_rendered(
         manual: request.manual,
         new_revision: previous.and_then(|s| s.last_applied_revision.as_deref()) != Some(&revision),
     };
-    let decision = policy::decide(&plan, &app.spec.sync_policy, trigger, desired.len());
+    let mut decision = policy::decide(&plan, &app.spec.sync_policy, trigger, desired.len());
+    let app_options = sync_options::of_application(&app.spec.sync_policy.sync_options)
+        .map_err(PrepareError::from)?;
+    policy::restrain(&mut decision, &live.objects, app_options, request.manual);
+    if app_options.create_namespace && !decision.apply.is_empty() {
+        apply::create_namespace(&client, &prepare::destination_namespace(app), &desired).await?;
+    }
     let index: HashMap<&ObjectId, usize> = desired_manifests
         .iter()
         .enumerate()
@@ -679,6 +688,7 @@ async fn sync_rendered(
             chosen: &chosen,
             skipped: &skipped_ids,
             prune: &prune_targets,
+            app_options,
             live: &live.objects,
             dry_runs: &live.dry_runs,
         })
@@ -695,7 +705,14 @@ async fn sync_rendered(
             &live.dry_runs,
         )
         .await?;
-        let pruned = apply::prune(&client, &cluster.kinds, &prune_targets, &live.objects).await?;
+        let pruned = apply::prune(
+            &client,
+            &cluster.kinds,
+            &prune_targets,
+            &live.objects,
+            app_options,
+        )
+        .await?;
         (applied, pruned, None)
     };
     for a in &applied {
@@ -739,9 +756,12 @@ async fn sync_rendered(
             .as_ref()
             .and_then(|(_, _, held)| held.get(id))
             .filter(|_| !applied_live.contains_key(id));
-        let is_skipped = skipped.contains(&id) || held.is_some();
+        let ignored = decision.ignored.iter().any(|s| &s.id == id);
+        let is_skipped = skipped.contains(&id) || held.is_some() || ignored;
         let message = if let Some(held) = held {
             Some(held.clone())
+        } else if let Some(note) = decision.notes.get(id) {
+            Some(note.clone())
         } else if is_skipped {
             Some(skipped_message(step, decision.prune_blocked.as_deref()))
         } else {

@@ -52,6 +52,8 @@ pub(super) struct Input<'a> {
     /// Objects the policy left alone.
     pub skipped: &'a HashSet<ObjectId>,
     pub prune: &'a [ObjectId],
+    /// The Application's sync options (prune propagation).
+    pub app_options: crate::reconcile::sync_options::Options,
     pub live: &'a HashMap<ObjectId, Value>,
     /// Objects the server-side diff dry-ran in this reconcile already.
     pub dry_runs: &'a HashMap<ObjectId, Value>,
@@ -495,7 +497,14 @@ async fn prune(input: &Input<'_>, out: &mut Ordered) -> Result<(), ApplyError> {
         })
         .collect();
     for wave in ordering::prune_order(targets) {
-        let pruned = apply::prune(input.client, input.kinds, &wave, input.live).await?;
+        let pruned = apply::prune(
+            input.client,
+            input.kinds,
+            &wave,
+            input.live,
+            input.app_options,
+        )
+        .await?;
         out.pruned.extend(pruned);
     }
     Ok(())

@@ -4,8 +4,14 @@
 //! revision is synced; drift on an unchanged revision is corrected only with
 //! `selfHeal`; deletions need `prune`. Pure.
 
+use std::collections::HashMap;
+
+use serde_json::Value;
+
 use crate::api::SyncPolicy;
+use crate::manifest::ObjectId;
 use crate::reconcile::plan::{Action, Cause, Plan, Step};
+use crate::reconcile::sync_options::{self, Options, Prune};
 
 /// Why this reconcile runs, as far as the policy cares.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -24,6 +30,63 @@ pub struct Decision<'a> {
     pub skipped: Vec<&'a Step>,
     /// Why prunes were withheld, when they were.
     pub prune_blocked: Option<String>,
+    /// Why an object's own sync options left it alone.
+    pub notes: HashMap<ObjectId, String>,
+    /// Objects Git no longer has that `IgnoreExtraneous` keeps out of the
+    /// Application's sync status (reported, not counted).
+    pub ignored: Vec<&'a Step>,
+}
+
+/// The prunes that the live objects' own sync options hold back
+/// (`Prune=false`; `Prune=confirm` but for a sync someone asked for), and
+/// the extraneous objects left alone that `IgnoreExtraneous` does not count.
+pub fn restrain(
+    decision: &mut Decision<'_>,
+    live: &HashMap<ObjectId, Value>,
+    app: Options,
+    manual: bool,
+) {
+    let find = |id: &ObjectId| {
+        live.get(id)
+            .or_else(|| live.iter().find(|(k, _)| k.same_object(id)).map(|(_, v)| v))
+    };
+    let prune = std::mem::take(&mut decision.prune);
+    for step in prune {
+        let options = find(&step.id).map_or(app, |o| sync_options::of_live(app, o));
+        let note = match options.prune {
+            Prune::Yes => None,
+            Prune::No => Some("not in Git; not pruned (Prune=false)"),
+            Prune::Confirm if manual => None,
+            Prune::Confirm => {
+                Some("not in Git; pruned only by a sync someone asks for (Prune=confirm)")
+            }
+        };
+        match note {
+            None => decision.prune.push(step),
+            Some(note) => {
+                decision.notes.insert(step.id.clone(), note.to_string());
+                decision.skipped.push(step);
+            }
+        }
+    }
+    let skipped = std::mem::take(&mut decision.skipped);
+    for step in skipped {
+        let extraneous = matches!(step.action, Action::Prune)
+            && find(&step.id).is_some_and(sync_options::ignores_extraneous);
+        if extraneous {
+            let note = decision.notes.remove(&step.id);
+            decision.notes.insert(
+                step.id.clone(),
+                format!(
+                    "{}; IgnoreExtraneous: does not make the Application OutOfSync",
+                    note.as_deref().unwrap_or("not in Git")
+                ),
+            );
+            decision.ignored.push(step);
+        } else {
+            decision.skipped.push(step);
+        }
+    }
 }
 
 pub fn decide<'a>(
@@ -81,7 +144,6 @@ pub fn decide<'a>(
 mod tests {
     use super::*;
     use crate::api::Automated;
-    use crate::manifest::ObjectId;
 
     fn step(name: &str, action: Action) -> Step {
         let id = ObjectId {
@@ -193,5 +255,63 @@ mod tests {
         allow.allow_empty = true;
         let d = decide(&plan, &allow, Trigger::default(), 0);
         assert_eq!(names(&d.prune), ["gone"]);
+    }
+
+    #[test]
+    fn the_objects_own_options_hold_prunes_back() {
+        let plan = Plan {
+            steps: vec![
+                step("kept", Action::Prune),
+                step("confirm", Action::Prune),
+                step("extra", Action::Prune),
+                step("gone", Action::Prune),
+            ],
+        };
+        let live_of = |name: &str, annotations: serde_json::Value| {
+            (
+                plan.steps
+                    .iter()
+                    .find(|s| s.id.name == name)
+                    .unwrap()
+                    .id
+                    .clone(),
+                serde_json::json!({"metadata": {"name": name, "annotations": annotations}}),
+            )
+        };
+        let live: HashMap<ObjectId, Value> = [
+            live_of(
+                "kept",
+                serde_json::json!({"argocd.argoproj.io/sync-options": "Prune=false"}),
+            ),
+            live_of(
+                "confirm",
+                serde_json::json!({"argocd.argoproj.io/sync-options": "Prune=confirm"}),
+            ),
+            live_of(
+                "extra",
+                serde_json::json!({
+                    "argocd.argoproj.io/sync-options": "Prune=false",
+                    "argocd.argoproj.io/compare-options": "IgnoreExtraneous",
+                }),
+            ),
+            live_of("gone", serde_json::json!({})),
+        ]
+        .into_iter()
+        .collect();
+        let mut d = decide(&plan, &policy(true, true), Trigger::default(), 5);
+        restrain(&mut d, &live, Options::default(), false);
+        assert_eq!(names(&d.prune), ["gone"]);
+        assert_eq!(names(&d.skipped), ["kept", "confirm"]);
+        assert_eq!(names(&d.ignored), ["extra"]);
+        assert!(d.notes[&d.skipped[0].id].contains("Prune=false"));
+        assert!(d.notes[&d.ignored[0].id].contains("IgnoreExtraneous"));
+        // A sync someone asks for prunes a Prune=confirm object.
+        let manual = Trigger {
+            manual: true,
+            new_revision: false,
+        };
+        let mut d = decide(&plan, &policy(true, true), manual, 5);
+        restrain(&mut d, &live, Options::default(), true);
+        assert_eq!(names(&d.prune), ["confirm", "gone"]);
     }
 }

@@ -11,6 +11,7 @@ use crate::api::Application;
 use crate::manifest::{Manifest, ObjectId};
 use crate::reconcile::kinds::{Kind, KindError, Kinds};
 use crate::reconcile::plan::HASH_ANNOTATION;
+use crate::reconcile::sync_options::{self, Options, OptionsError};
 use crate::source::render::{RenderError, check_unique};
 
 /// Selects an Application's objects; the value is `app_label_value`.
@@ -29,6 +30,8 @@ pub enum PrepareError {
     },
     #[error(transparent)]
     Duplicate(#[from] RenderError),
+    #[error(transparent)]
+    Options(#[from] OptionsError),
 }
 
 impl PrepareError {
@@ -43,6 +46,8 @@ impl PrepareError {
 pub struct Desired {
     pub manifest: Manifest,
     pub kind: Option<Kind>,
+    /// Its sync options: the Application's, then its own annotations'.
+    pub options: Options,
 }
 
 pub fn owner_key(app: &Application) -> String {
@@ -87,6 +92,7 @@ pub async fn prepare(
     let destination = destination_namespace(app);
     let label = app_label_value(app);
     let owner = owner_key(app);
+    let app_options = sync_options::of_application(&app.spec.sync_policy.sync_options)?;
     // Kinds that CRDs in this render will serve: (group, kind) → namespaced.
     let crd_kinds: Vec<(String, String, bool)> = manifests
         .iter()
@@ -103,6 +109,11 @@ pub async fn prepare(
 
     let mut desired = Vec::with_capacity(manifests.len());
     for mut manifest in manifests {
+        let options = sync_options::of_object(
+            app_options,
+            &manifest.body,
+            &format!("{} ({})", manifest.id, manifest.origin),
+        )?;
         let api_version = manifest.id.api_version();
         let (kind, namespaced) = match kinds.resolve(client, &api_version, &manifest.id.kind).await
         {
@@ -122,6 +133,10 @@ pub async fn prepare(
                     .unwrap_or(true);
                 (None, namespaced)
             }
+            // Its CRD comes from elsewhere (an operator, another
+            // Application): resolved when it is applied, and taken to be
+            // namespaced (most custom resources are) until then.
+            Err(KindError::UnknownKind { .. }) if options.skip_dry_run_on_missing => (None, true),
             Err(source) => {
                 return Err(PrepareError::Kind {
                     origin: manifest.origin.clone(),
@@ -130,7 +145,11 @@ pub async fn prepare(
             }
         };
         mark(&mut manifest, namespaced, &destination, &label, &owner);
-        desired.push(Desired { manifest, kind });
+        desired.push(Desired {
+            manifest,
+            kind,
+            options,
+        });
     }
     let manifests: Vec<Manifest> = desired.iter().map(|d| d.manifest.clone()).collect();
     check_unique(&manifests)?;

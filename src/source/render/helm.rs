@@ -3,7 +3,8 @@
 //! name defaults to the Application's, `.Capabilities` is the target
 //! cluster's version and API groups, and the chart's `crds/` come out first
 //! (applied first and waited for, like any CRD). Test hooks are left out;
-//! other hooks are rendered as plain objects. No repository or network is
+//! the other hooks are rendered with their annotations, and the sync runs
+//! them as Argo CD does (`reconcile::annotations`). No repository or network is
 //! used: dependencies must be vendored under the chart's `charts/`, and
 //! `check` refuses, before helm runs, values files and `file://`
 //! dependencies that leave the repository, and values files that are

@@ -190,7 +190,7 @@ async fn an_argo_cd_repository_with_generated_hooks_and_waves_syncs_as_argo_cd_s
     );
     // The migration Job stays until the next run; the smoke test is deleted.
     let migrate = hooks[0].1.to_string();
-    assert_eq!(job_names(&ns, "migrate-").await, [migrate.clone()]);
+    assert_eq!(job_names(&ns, "migrate-").await, vec![migrate.clone()]);
     wait_for("the PostSync Job deleted", DEADLINE, || async {
         let left = job_names(&ns, "smoke-").await;
         if left.is_empty() {

@@ -98,6 +98,8 @@ pub enum ReconcileError {
     Destination(#[from] crate::cluster::DestinationError),
     #[error("the cluster {cluster} does not answer: {message}")]
     Unreachable { cluster: String, message: String },
+    #[error(transparent)]
+    HealthCheck(#[from] health::CelError),
     #[error("failed to write the status of {app}: {source}")]
     WriteStatus {
         app: String,
@@ -125,6 +127,7 @@ impl ReconcileError {
             ReconcileError::Destination(_) => false,
             ReconcileError::Unreachable { .. } => true,
             ReconcileError::WriteStatus { .. } => true,
+            ReconcileError::HealthCheck(_) => false,
         }
     }
 
@@ -157,6 +160,7 @@ impl ReconcileError {
             ReconcileError::Destination(e) => e.reason(),
             ReconcileError::Unreachable { .. } => "ClusterUnreachable",
             ReconcileError::WriteStatus { .. } => "StatusWriteFailed",
+            ReconcileError::HealthCheck(_) => "InvalidHealthCheck",
         }
     }
 }
@@ -517,6 +521,13 @@ async fn git_render(
     }
 
     let (manifests, inputs) = render(ctx, app, cluster, credentials.as_ref(), &checkout).await?;
+    crate::source::render::check_not_empty(
+        source,
+        &checkout.path,
+        &checkout.files,
+        &manifests,
+        app.spec.sync_policy.allow_empty,
+    )?;
     Ok((revision, manifests, inputs))
 }
 
@@ -550,6 +561,7 @@ async fn sync_rendered(
     // Live state from the watches, but for a plan shown rather than
     // applied (`setpoint diff`, previews), which reads the API server.
     let cache = (target.cached && !request.dry_run).then_some(&cluster.live);
+    let health_rules = ctx.health_rules.for_app(app)?;
     let prepared = prepare::prepare(cluster.client(), &cluster.kinds, app, manifests).await?;
     // Hooks (`setpoint.dev/hook`) run only at their phase of a sync: they are
     // neither planned, nor drift, nor pruned as ordinary objects.
@@ -691,6 +703,7 @@ async fn sync_rendered(
             app_options,
             live: &live.objects,
             dry_runs: &live.dry_runs,
+            health_rules: &health_rules,
         })
         .await?;
         let applied = result.applied;
@@ -746,7 +759,7 @@ async fn sync_rendered(
             .copied()
             .or_else(|| live_object(&live.objects, id));
         let assessment = match live_now {
-            Some(object) => health::assess(&id.group, &id.kind, object),
+            Some(object) => health::assess_with(&health_rules, &id.group, &id.kind, object),
             None => health::Assessment {
                 status: Health::Missing,
                 message: Some("not in the cluster".into()),

@@ -75,17 +75,56 @@ impl Budget {
                 .map(|size| size.bytes)
                 .sum()
         };
-        self.left = self.left.checked_sub(expanded).ok_or_else(|| {
-            too_large(
-                None,
-                format!(
+        self.charge(&file.path, expanded)
+    }
+
+    /// Takes `bytes` of `file` from what the render may still produce.
+    fn charge(&mut self, file: &str, bytes: u64) -> Result<(), RenderError> {
+        self.left = self
+            .left
+            .checked_sub(bytes)
+            .ok_or_else(|| RenderError::ManifestTooLarge {
+                file: file.to_string(),
+                document: None,
+                message: format!(
                     "the render's manifests add up to more than {} bytes (limit SETPOINT_RENDER_MAX_OUTPUT)",
                     self.total
                 ),
-            )
-        })?;
+            })?;
         Ok(())
     }
+}
+
+/// The objects of one JSON text an evaluation produced (a `.jsonnet`
+/// file's, named by `file`): an object, or an array of objects (`null`
+/// items skipped), each flattened as a YAML document is.
+pub(super) fn json_objects(
+    file: &str,
+    json: &str,
+    budget: &mut Budget,
+) -> Result<Vec<Manifest>, RenderError> {
+    budget.charge(file, json.len() as u64)?;
+    let value: Value = serde_json::from_str(json).map_err(|e| RenderError::ParseManifest {
+        file: file.to_string(),
+        document: 0,
+        line: Some(e.line()),
+        message: e.to_string(),
+    })?;
+    let origin = Origin {
+        file: file.to_string(),
+        document: 0,
+    };
+    let mut manifests = Vec::new();
+    match value {
+        Value::Array(items) => {
+            for item in items.into_iter().filter(|item| !item.is_null()) {
+                flatten(item, &origin, &mut manifests)?;
+            }
+        }
+        Value::Null => {}
+        value => flatten(value, &origin, &mut manifests)?,
+    }
+    Ok(manifests)
 }
 
 /// The objects of one renderer's output (named like a file), in document

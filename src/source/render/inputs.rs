@@ -69,7 +69,8 @@ pub fn covers(dir: &str, path: &str) -> bool {
 /// The inputs of rendering `path` with `method` from `tree`, capped at `max`.
 pub fn collect(tree: &Tree, path: &str, method: &Method, max: usize) -> Inputs {
     let paths = match method {
-        Method::Directory => vec![path.to_string()],
+        // Jsonnet's imports are known once evaluated (`jsonnet::Evaluated`).
+        Method::Directory | Method::Jsonnet(_) => vec![path.to_string()],
         Method::Kustomize => kustomize_inputs(tree, path),
         Method::Helm(source) => helm_inputs(tree, path, &source.value_files),
     };

@@ -1,10 +1,13 @@
 //! Render: the files Git holds under an Application's path → the objects it
-//! declares. Three methods, as Argo CD has them: a plain directory (pure,
-//! `directory`), Kustomize (`kustomize build` through `kubectl kustomize`)
-//! and Helm (`helm template`). The two external renderers run as bounded
-//! child processes (`exec`) on a copy of the repository's tree, and their
-//! output is cached per (revision, path, render options): a sweep over
-//! unchanged Applications runs neither.
+//! declares. The methods Argo CD has: a plain directory (pure,
+//! `directory`), the same with `.jsonnet` files (`jsonnet`, evaluated in
+//! process on a thread of its own, within the render time limit), Kustomize
+//! (`kustomize build` through `kubectl kustomize`) and Helm (`helm
+//! template`). The two external renderers run as bounded child processes
+//! (`exec`) on a copy of the repository's tree. Every render but the plain
+//! directory's is cached per (revision, path, render options): a sweep over
+//! unchanged Applications runs none. A render of no object at all is an
+//! error unless the Application allows it (`check_not_empty`).
 
 pub mod budget;
 pub mod confine;
@@ -12,9 +15,10 @@ pub mod directory;
 pub mod exec;
 pub mod helm;
 pub mod inputs;
+pub mod jsonnet;
 pub mod kustomize;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -22,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
 
-use crate::api::{HelmSource, Source};
+use crate::api::{HelmSource, JsonnetSource, Source};
 use crate::manifest::{Manifest, ObjectId, Origin};
 use crate::source::git::SourceFile;
 
@@ -80,6 +84,17 @@ pub enum RenderError {
     Scratch(std::io::Error),
     #[error("failed to read the cluster's version and API groups for helm: {0}")]
     Capabilities(kube::Error),
+    /// A `.jsonnet` file (or what it imports) does not evaluate.
+    #[error("{file}{}: {message}", line.map(|l| format!(":{l}")).unwrap_or_default())]
+    Jsonnet {
+        file: String,
+        line: Option<usize>,
+        message: String,
+    },
+    /// The path rendered to no object, and the Application does not allow
+    /// that (`syncPolicy.allowEmpty`).
+    #[error("no manifests found in {path}{}; set spec.syncPolicy.allowEmpty if the path is meant to be empty", if found.is_empty() { String::new() } else { format!(" ({found})") })]
+    NoManifests { path: String, found: String },
 }
 
 impl RenderError {
@@ -110,6 +125,8 @@ impl RenderError {
             e if e.is_manifest() => "InvalidManifest",
             RenderError::InvalidSource(_) => "InvalidSource",
             RenderError::Capabilities(_) => "DiscoveryFailed",
+            RenderError::Jsonnet { .. } => "InvalidJsonnet",
+            RenderError::NoManifests { .. } => "NoManifests",
             _ => "RenderFailed",
         }
     }
@@ -119,6 +136,9 @@ impl RenderError {
 #[derive(Clone, Debug, PartialEq)]
 pub enum Method {
     Directory,
+    /// A directory holding `.jsonnet` files: its YAML and JSON files and
+    /// what its Jsonnet evaluates to.
+    Jsonnet(JsonnetSource),
     Kustomize,
     Helm(HelmSource),
 }
@@ -130,7 +150,8 @@ pub const KUSTOMIZATION_FILES: [&str; 3] =
 impl Method {
     /// The method the source names, or the one its files call for: a
     /// `Chart.yaml` is Helm, a kustomization is Kustomize, anything else a
-    /// plain directory (Argo CD's detection).
+    /// directory (Argo CD's detection), with Jsonnet when it holds a
+    /// `.jsonnet` file (`files` are those under `path`).
     pub fn detect(
         source: &Source,
         path: &str,
@@ -152,8 +173,18 @@ impl Method {
         if source.kustomize.is_some() {
             return Ok(Method::Kustomize);
         }
+        let directory = || {
+            let has_jsonnet = files
+                .iter()
+                .any(|f| jsonnet::is_jsonnet(&f.path) && inputs::covers(path, &f.path));
+            match source.directory.as_ref().and_then(|d| d.jsonnet.as_ref()) {
+                _ if !has_jsonnet => Method::Directory,
+                Some(options) => Method::Jsonnet(options.clone()),
+                None => Method::Jsonnet(JsonnetSource::default()),
+            }
+        };
         if source.directory.is_some() {
-            return Ok(Method::Directory);
+            return Ok(directory());
         }
         let at_top = |name: &str| files.iter().any(|f| f.path == join(path, name));
         Ok(if at_top("Chart.yaml") {
@@ -161,13 +192,14 @@ impl Method {
         } else if KUSTOMIZATION_FILES.iter().any(|name| at_top(name)) {
             Method::Kustomize
         } else {
-            Method::Directory
+            directory()
         })
     }
 
     pub fn name(&self) -> &'static str {
         match self {
             Method::Directory => "directory",
+            Method::Jsonnet(_) => "jsonnet",
             Method::Kustomize => "kustomize",
             Method::Helm(_) => "helm",
         }
@@ -222,17 +254,20 @@ impl Job<'_> {
     pub fn key(&self) -> String {
         // Only helm's output depends on the namespace and the name (the
         // release's); kustomize apps that share a path share its render.
-        let (helm, namespace, app) = match self.method {
+        let (options, namespace, app) = match self.method {
             Method::Helm(helm) => (
                 serde_json::to_string(helm).unwrap_or_default(),
                 self.namespace,
                 self.app,
             ),
+            Method::Jsonnet(jsonnet) => {
+                (serde_json::to_string(jsonnet).unwrap_or_default(), "", "")
+            }
             _ => (String::new(), "", ""),
         };
         let parts = [
             self.method.name(),
-            &helm,
+            &options,
             self.repo_url,
             self.commit,
             self.path,
@@ -356,6 +391,10 @@ pub struct Renderers {
     >,
     /// Per cluster (by name): each has its own version and API groups.
     capabilities: tokio::sync::Mutex<HashMap<String, (Instant, Arc<Capabilities>)>>,
+    /// Jsonnet evaluations (by job key) that outlived the time limit and
+    /// still run: a thread cannot be stopped, so the same job is not
+    /// started again until it ends.
+    runaway: Arc<Mutex<HashSet<String>>>,
 }
 
 /// Capabilities are read again after this long (a CRD may have arrived).
@@ -377,6 +416,7 @@ impl Renderers {
             runs: AtomicU64::new(0),
             runs_counter: None,
             capabilities: tokio::sync::Mutex::default(),
+            runaway: Arc::default(),
         }
     }
 
@@ -418,8 +458,11 @@ impl Renderers {
         let links = confine::read_symlinks(job.mirror, job.commit, self.settings.limits).await?;
         let checked = confine::Tree::new(tree, &links);
         checked.check_symlinks()?;
+        if let Method::Jsonnet(options) = job.method {
+            return self.render_jsonnet(job, key, tree, links, options).await;
+        }
         match job.method {
-            Method::Directory => {}
+            Method::Directory | Method::Jsonnet(_) => {}
             Method::Kustomize => kustomize::check(&checked, job.path, &self.settings.manifest)?,
             Method::Helm(helm) => helm::check(&checked, job.path, helm)?,
         }
@@ -443,7 +486,9 @@ impl Renderers {
         }
         let started = Instant::now();
         let manifests = match job.method {
-            Method::Directory => unreachable!("a directory is rendered in process"),
+            Method::Directory | Method::Jsonnet(_) => {
+                unreachable!("a directory is rendered in process")
+            }
             Method::Kustomize => kustomize::render(&self.settings, job, &root, &home).await?,
             Method::Helm(helm) => helm::render(&self.settings, job, helm, &root, &home).await?,
         };
@@ -502,6 +547,91 @@ impl Renderers {
         });
         self.insert(key, Arc::clone(&rendered));
         Ok(rendered)
+    }
+
+    /// Evaluates the job's Jsonnet on a thread of its own (with a stack
+    /// for the parser's recursion), waiting at most the render time limit.
+    async fn render_jsonnet(
+        &self,
+        job: &Job<'_>,
+        key: String,
+        tree: &[SourceFile],
+        links: Vec<confine::Symlink>,
+        options: &JsonnetSource,
+    ) -> Result<Arc<Rendered>, RenderError> {
+        let timeout = self.settings.limits.timeout;
+        let timed_out = || RenderError::TimedOut {
+            tool: "jsonnet",
+            after: timeout,
+            stderr: String::new(),
+        };
+        if self.runaway.lock().expect("runaway lock").contains(&key) {
+            return Err(timed_out());
+        }
+        self.count_run(job.method);
+        let (sender, receiver) = tokio::sync::oneshot::channel();
+        let files = tree.to_vec();
+        let path = job.path.to_string();
+        let options = options.clone();
+        let mut budget = self.settings.budget();
+        let runaway = Arc::clone(&self.runaway);
+        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let thread_done = Arc::clone(&done);
+        let thread_key = key.clone();
+        std::thread::Builder::new()
+            .name("jsonnet".into())
+            .stack_size(jsonnet::STACK_BYTES)
+            .spawn(move || {
+                let result = jsonnet::render(&files, &links, &path, &options, &mut budget);
+                let mut runaway = runaway.lock().expect("runaway lock");
+                thread_done.store(true, Ordering::Relaxed);
+                runaway.remove(&thread_key);
+                drop(runaway);
+                let _ = sender.send(result);
+            })
+            .map_err(RenderError::Scratch)?;
+        let started = Instant::now();
+        let evaluated = match tokio::time::timeout(timeout, receiver).await {
+            Ok(Ok(result)) => result?,
+            Ok(Err(_)) => {
+                return Err(RenderError::Failed {
+                    tool: "jsonnet",
+                    message: "the evaluation stopped unexpectedly".into(),
+                });
+            }
+            Err(_) => {
+                let mut runaway = self.runaway.lock().expect("runaway lock");
+                // Unless it ended meanwhile: `done` is set under this lock.
+                if !done.load(Ordering::Relaxed) {
+                    runaway.insert(key);
+                }
+                return Err(timed_out());
+            }
+        };
+        tracing::debug!(
+            method = job.method.name(),
+            path = job.path,
+            objects = evaluated.manifests.len(),
+            elapsed = ?started.elapsed(),
+            "rendered"
+        );
+        let rendered = Arc::new(Rendered {
+            manifests: evaluated.manifests,
+            inputs: inputs::Inputs::from_paths(evaluated.read, inputs::MAX_INPUTS),
+        });
+        self.insert(key, Arc::clone(&rendered));
+        Ok(rendered)
+    }
+
+    fn count_run(&self, method: &Method) {
+        self.runs.fetch_add(1, Ordering::Relaxed);
+        if let Some(counter) = &self.runs_counter {
+            counter
+                .get_or_create(&crate::metrics::RenderLabels {
+                    method: method.name().to_string(),
+                })
+                .inc();
+        }
     }
 
     fn insert(&self, key: String, rendered: Arc<Rendered>) {
@@ -584,6 +714,72 @@ fn write_tree(root: &Path, tree: &[SourceFile], links: &[(&str, &str)]) -> std::
         }
     }
     Ok(())
+}
+
+/// A render of no object at all is an error (`NoManifests`, naming what the
+/// path holds and what was skipped), unless the Application says an empty
+/// path is intended (`allow_empty`): an emptied path, a wrong path or a
+/// forgotten file type must not read as "Synced" with nothing applied.
+/// `files` are those under `path`.
+pub fn check_not_empty(
+    source: &Source,
+    path: &str,
+    files: &[SourceFile],
+    manifests: &[Manifest],
+    allow_empty: bool,
+) -> Result<(), RenderError> {
+    if allow_empty || !manifests.is_empty() {
+        return Ok(());
+    }
+    let shown = if path.is_empty() { "." } else { path };
+    let found = match Method::detect(source, path, files) {
+        Ok(Method::Kustomize) => "kustomize rendered no object".to_string(),
+        Ok(Method::Helm(_)) => "helm rendered no object".to_string(),
+        _ => describe_files(path, files),
+    };
+    Err(RenderError::NoManifests {
+        path: shown.to_string(),
+        found,
+    })
+}
+
+/// What a directory holds, by file type: the types it renders that gave
+/// no object, then the ones it skipped ("skipped 2 .md files").
+fn describe_files(path: &str, files: &[SourceFile]) -> String {
+    let mut rendered: BTreeMap<String, usize> = BTreeMap::new();
+    let mut skipped: BTreeMap<String, usize> = BTreeMap::new();
+    for file in files.iter().filter(|f| inputs::covers(path, &f.path)) {
+        let name = file.path.rsplit('/').next().unwrap_or(&file.path);
+        let kind = match name.rfind('.') {
+            Some(dot) if dot > 0 => name[dot..].to_ascii_lowercase(),
+            _ => name.to_string(),
+        };
+        let renders = matches!(kind.as_str(), ".yaml" | ".yml" | ".json" | ".jsonnet");
+        *if renders { &mut rendered } else { &mut skipped }
+            .entry(kind)
+            .or_default() += 1;
+    }
+    let list = |kinds: BTreeMap<String, usize>| {
+        let mut kinds: Vec<(String, usize)> = kinds.into_iter().collect();
+        kinds.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        kinds
+            .iter()
+            .map(|(kind, n)| format!("{n} {kind} file{}", if *n == 1 { "" } else { "s" }))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let mut parts = Vec::new();
+    if !rendered.is_empty() {
+        parts.push(format!("{} declare no object", list(rendered)));
+    }
+    if !skipped.is_empty() {
+        parts.push(format!("skipped {}", list(skipped)));
+    }
+    if parts.is_empty() {
+        "the path holds no file".to_string()
+    } else {
+        parts.join("; ")
+    }
 }
 
 /// Two manifests for one object: an error, whatever their versions.
@@ -670,6 +866,154 @@ mod tests {
         let err = Method::detect(&both, "", &kustomization).unwrap_err();
         assert_eq!(err.reason(), "InvalidSource");
         assert!(err.to_string().contains("more than one of"), "{err}");
+    }
+
+    #[test]
+    fn a_directory_with_jsonnet_files_renders_with_jsonnet() {
+        let files = [file("app/main.jsonnet"), file("app/lib.libsonnet")];
+        assert_eq!(
+            Method::detect(&source(), "app", &files).unwrap(),
+            Method::Jsonnet(JsonnetSource::default())
+        );
+        let options = JsonnetSource {
+            libs: vec!["vendor".into()],
+            ..Default::default()
+        };
+        let named = Source {
+            directory: Some(crate::api::DirectorySource {
+                jsonnet: Some(options.clone()),
+            }),
+            ..source()
+        };
+        assert_eq!(
+            Method::detect(&named, "app", &files).unwrap(),
+            Method::Jsonnet(options.clone())
+        );
+        // Only libraries, or jsonnet options without jsonnet: a directory.
+        let libs = [file("app/lib.libsonnet"), file("app/a.yaml")];
+        assert_eq!(
+            Method::detect(&named, "app", &libs).unwrap(),
+            Method::Directory
+        );
+        // A kustomization wins, as Argo CD's detection has it.
+        let both = [file("app/kustomization.yaml"), file("app/main.jsonnet")];
+        assert_eq!(
+            Method::detect(&source(), "app", &both).unwrap(),
+            Method::Kustomize
+        );
+        // The options are part of the cache key.
+        let plain = Method::Jsonnet(JsonnetSource::default());
+        let with_libs = Method::Jsonnet(options);
+        let job = |method| Job {
+            method,
+            repo_url: "/repo",
+            mirror: Path::new("/m"),
+            commit: "c",
+            path: "app",
+            namespace: "ns",
+            app: "a",
+            capabilities: None,
+        };
+        assert_ne!(job(&plain).key(), job(&with_libs).key());
+    }
+
+    #[test]
+    fn an_empty_render_names_what_the_path_holds() {
+        let files = [
+            file("app/a.md"),
+            file("app/b.md"),
+            file("app/notes.txt"),
+            file("app/lib.libsonnet"),
+            file("app/sub/empty.yaml"),
+            file("app/.gitkeep"),
+        ];
+        let err = check_not_empty(&source(), "app", &files, &[], false).unwrap_err();
+        assert_eq!(err.reason(), "NoManifests");
+        assert_eq!(
+            err.to_string(),
+            "no manifests found in app (1 .yaml file declare no object; skipped 2 .md files, \
+             1 .gitkeep file, 1 .libsonnet file, 1 .txt file); set spec.syncPolicy.allowEmpty \
+             if the path is meant to be empty"
+        );
+        assert!(!err.is_transient());
+        // Allowed, or not empty: fine.
+        assert!(check_not_empty(&source(), "app", &files, &[], true).is_ok());
+        let root = check_not_empty(&source(), "", &[], &[], false).unwrap_err();
+        assert!(
+            root.to_string()
+                .starts_with("no manifests found in . (the path holds no file)"),
+            "{root}"
+        );
+        let chart = [file("chart/Chart.yaml")];
+        let helm = check_not_empty(&source(), "chart", &chart, &[], false).unwrap_err();
+        assert!(
+            helm.to_string().contains("(helm rendered no object)"),
+            "{helm}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_jsonnet_evaluation_over_the_time_limit_times_out_and_is_not_run_twice() {
+        let renderers = Renderers::new(
+            RenderSettings {
+                limits: Limits {
+                    timeout: Duration::from_millis(200),
+                    max_output: 1 << 20,
+                },
+                ..Default::default()
+            },
+            PathBuf::from("/nonexistent"),
+        );
+        let method = Method::Jsonnet(JsonnetSource::default());
+        let job = Job {
+            method: &method,
+            repo_url: "/repo",
+            mirror: Path::new("/m"),
+            commit: "c",
+            path: "app",
+            namespace: "ns",
+            app: "a",
+            capabilities: None,
+        };
+        // Millions of steps, little memory: seconds of work.
+        let slow = SourceFile {
+            path: "app/slow.jsonnet".into(),
+            contents: b"std.foldl(function(a, x) std.foldl(function(b, y) b + 1, std.range(1, 1500), a), std.range(1, 1500), 0)".to_vec(),
+        };
+        let tree = [slow];
+        let started = Instant::now();
+        let options = JsonnetSource::default();
+        let render = || renderers.render_jsonnet(&job, job.key(), &tree, vec![], &options);
+        let err = render().await.unwrap_err();
+        assert!(
+            matches!(
+                err,
+                RenderError::TimedOut {
+                    tool: "jsonnet",
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        assert!(err.is_transient());
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            started.elapsed()
+        );
+        // Still running: the same job is refused at once, not started again.
+        if renderers.runaway.lock().unwrap().contains(&job.key()) {
+            let again = Instant::now();
+            assert!(matches!(render().await, Err(RenderError::TimedOut { .. })));
+            assert!(again.elapsed() < Duration::from_millis(100));
+            assert_eq!(renderers.runs(), 1);
+        }
+        // It ends on its own, and forgets the job.
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while renderers.runaway.lock().unwrap().contains(&job.key()) {
+            assert!(Instant::now() < deadline, "the evaluation never ended");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 
     #[test]

@@ -13,6 +13,7 @@ pub mod cluster;
 pub mod config;
 pub mod context;
 pub mod event;
+pub mod import;
 pub mod ingest;
 pub mod logging;
 pub mod manifest;

@@ -3,6 +3,7 @@
 pub mod app;
 pub mod appset;
 pub mod cluster;
+pub mod import;
 
 use std::path::PathBuf;
 
@@ -70,6 +71,13 @@ pub enum Command {
     /// Registered clusters: list.
     #[command(subcommand)]
     Cluster(cluster::ClusterCommand),
+    /// Print Setpoint Applications for Argo CD and Flux objects (nothing is applied).
+    ///
+    /// Reads Argo CD Applications and Flux Kustomizations and HelmReleases
+    /// (with the sources they name) from files, stdin or the cluster, and
+    /// prints the equivalent Setpoint Applications as YAML, with a comment
+    /// above each field that does not map.
+    Import(import::ImportArgs),
     /// Reconcile one Application once; print the plan and the outcome.
     Reconcile {
         /// NAMESPACE/NAME
@@ -208,6 +216,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::App(command) => app::run(command, &cli.cache_dir, &cli.tenancy).await,
         Command::Appset(command) => appset::run(command).await,
         Command::Cluster(command) => cluster::run(command, &cli.cache_dir, &cli.tenancy).await,
+        Command::Import(args) => import::run(args).await,
         Command::Reconcile { app, sync } => {
             let (ctx, application) = load(&cli.cache_dir, &cli.tenancy, &app).await?;
             let request = Request {

@@ -31,6 +31,10 @@ pub enum Kind {
     /// A list of text values (the variable takes them comma-separated).
     List,
     OneOf(&'static [&'static str]),
+    /// Custom health rules (`health.checks`): a list of `{apiVersion, kind,
+    /// current, inProgress, failed}` whose CEL expressions must compile;
+    /// the variable takes them as JSON.
+    HealthChecks,
 }
 
 /// One setting: its key in the file, its variable, its default.
@@ -349,6 +353,12 @@ pub const SETTINGS: &[Setting] = &[
         Kind::Flag,
         "false",
     ),
+    setting(
+        "health.checks",
+        crate::reconcile::health::cel::ENV,
+        Kind::HealthChecks,
+        "",
+    ),
 ];
 
 /// Keys that would put a secret in the file, and where it belongs instead.
@@ -505,6 +515,9 @@ fn check(setting: &Setting, value: &Value) -> Result<Option<String>, String> {
     if value.is_null() {
         return Ok(None);
     }
+    if setting.kind == Kind::HealthChecks {
+        return health_checks(value);
+    }
     let text = match (setting.kind, value) {
         (Kind::List, Value::Sequence(items)) => {
             let mut values = Vec::new();
@@ -553,12 +566,31 @@ fn check(setting: &Setting, value: &Value) -> Result<Option<String>, String> {
                 ));
             }
         }
-        Kind::Text | Kind::Path | Kind::List => {}
+        Kind::Text | Kind::Path | Kind::List | Kind::HealthChecks => {}
     }
     if text.is_empty() && setting.default.is_empty() {
         return Ok(None);
     }
     Ok(Some(text))
+}
+
+/// `health.checks` as JSON, once every expression compiles; an error names
+/// the kind and the field of the first that does not.
+fn health_checks(value: &Value) -> Result<Option<String>, String> {
+    use crate::api::HealthCheck;
+    let Value::Sequence(items) = value else {
+        return Err(format!("expected a list, found {}", describe(value)));
+    };
+    if items.is_empty() {
+        return Ok(None);
+    }
+    let checks: Vec<HealthCheck> = serde_yaml::from_value(value.clone()).map_err(|e| {
+        format!("expected a list of {{apiVersion, kind, current, inProgress, failed}}: {e}")
+    })?;
+    crate::reconcile::health::Rules::compile(&checks).map_err(|e| e.to_string())?;
+    serde_json::to_string(&checks)
+        .map(Some)
+        .map_err(|e| e.to_string())
 }
 
 fn describe(value: &Value) -> &'static str {
@@ -705,6 +737,27 @@ mod tests {
             found[0]
         );
         assert!(found[0].contains("queue.amqpURLFile"), "{}", found[0]);
+    }
+
+    #[test]
+    fn health_checks_become_json_once_their_expressions_compile() {
+        let text = "health:\n  checks:\n    - apiVersion: example.com/v1\n      kind: Widget\n      current: \"self.status.phase == 'Ready'\"\n";
+        let env = parse(text).unwrap();
+        assert_eq!(env.len(), 1);
+        assert_eq!(env[0].0, "SETPOINT_HEALTH_CHECKS");
+        let checks: Vec<crate::api::HealthCheck> = serde_json::from_str(&env[0].1).unwrap();
+        assert_eq!(checks[0].kind, "Widget");
+        assert_eq!(checks[0].current, "self.status.phase == 'Ready'");
+
+        let broken = "health:\n  checks:\n    - apiVersion: example.com/v1\n      kind: Widget\n      current: \"self.status.phase == 'Ready'\"\n      failed: \"self.status.phase ==\"\n";
+        let errors = errors(broken);
+        assert_eq!(errors.len(), 1);
+        assert!(
+            errors[0].starts_with(
+                "health.checks: invalid health check for Widget (example.com/v1): failed: "
+            ),
+            "{errors:?}"
+        );
     }
 
     #[test]

@@ -60,6 +60,9 @@ pub struct Inner {
     written: std::sync::Mutex<std::collections::HashMap<(String, String), u64>>,
     /// Pull request previews: settings, and where they are posted.
     previews: OnceLock<crate::preview::Previews>,
+    /// Each Application's custom health rules (`spec.healthChecks` over the
+    /// configuration's), compiled once per generation.
+    pub health_rules: crate::reconcile::health::RuleCache,
 }
 
 impl std::ops::Deref for Context {
@@ -119,6 +122,7 @@ impl Context {
             applications: OnceLock::new(),
             written: Default::default(),
             previews: OnceLock::new(),
+            health_rules: Default::default(),
         })))
     }
 

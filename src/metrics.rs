@@ -381,6 +381,7 @@ impl Metrics {
         self.app_sync.get_or_create(&labels(sync_name(sync))).set(1);
         for candidate in [
             Health::Healthy,
+            Health::Suspended,
             Health::Progressing,
             Health::Degraded,
             Health::Missing,
@@ -424,6 +425,7 @@ fn sync_name(sync: Sync) -> &'static str {
 fn health_name(health: Health) -> &'static str {
     match health {
         Health::Healthy => "Healthy",
+        Health::Suspended => "Suspended",
         Health::Progressing => "Progressing",
         Health::Degraded => "Degraded",
         Health::Missing => "Missing",

@@ -322,6 +322,9 @@ pub async fn serve(
         }
         _ => None,
     };
+    // Custom health rules (`health.checks`): a broken expression stops here.
+    let health_checks = crate::reconcile::health::configure_from_env()?;
+    tracing::info!(health_checks, "custom health rules");
     let ctx = Context::with_commit_statuses(config, cache_dir.clone(), tenancy, commit_statuses)?;
     if roles.worker {
         ctx.set_previews(previews(&options, github.as_ref())?);

@@ -56,6 +56,29 @@ pub struct ApplicationSpec {
     /// (`Ready=False`, reason `DependencyNotReady`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub depends_on: Vec<Dependency>,
+    /// Custom health for kinds, as CEL expressions (Flux's
+    /// `healthCheckExprs`); for the same group and kind they win over the
+    /// configuration's (`health.checks`) and over the built-in rules.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub health_checks: Vec<HealthCheck>,
+}
+
+/// One custom health rule: the objects of `apiVersion`'s group and `kind`
+/// are assessed by CEL expressions that see the object as `self` (and its
+/// top-level fields, `status`, `spec`, `metadata`, by name, as Flux's do).
+/// `inProgress` true is Progressing, else `failed` true is Degraded, else
+/// `current` true is Healthy, else Progressing.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HealthCheck {
+    /// `example.com/v1`; the version is not compared.
+    pub api_version: String,
+    pub kind: String,
+    pub current: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub in_progress: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed: Option<String>,
 }
 
 /// One `spec.ignoreDifferences` rule: the objects it applies to (group and
@@ -149,10 +172,43 @@ impl std::fmt::Debug for Source {
     }
 }
 
-/// Plain files; nothing to set yet.
+/// Plain files (`.yaml`, `.yml`, `.json`) and Jsonnet (`.jsonnet`; a
+/// `.libsonnet` is only imported), as Argo CD's `source.directory`.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct DirectorySource {}
+pub struct DirectorySource {
+    /// How the `.jsonnet` files of the path are evaluated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jsonnet: Option<JsonnetSource>,
+}
+
+/// Argo CD's `directory.jsonnet`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct JsonnetSource {
+    /// External variables (`std.extVar`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ext_vars: Vec<JsonnetVar>,
+    /// Top-level arguments: the parameters of a file that is a function.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tlas: Vec<JsonnetVar>,
+    /// Import search paths, relative to the repository's root (`vendor`),
+    /// after the importing file's directory and the Application's path.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub libs: Vec<String>,
+}
+
+/// One external variable or top-level argument.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct JsonnetVar {
+    pub name: String,
+    /// A string, or Jsonnet code when `code` is set.
+    #[serde(default)]
+    pub value: String,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub code: bool,
+}
 
 /// `kustomize build` of the path (bases elsewhere in the repository work).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -320,6 +376,10 @@ pub struct SyncStatus {
 )]
 pub enum Health {
     Healthy,
+    /// Paused or suspended on purpose (a paused Deployment, a suspended Job
+    /// or CronJob), as Argo CD's `Suspended`: worse than Healthy, better
+    /// than Progressing.
+    Suspended,
     Progressing,
     #[default]
     Unknown,

@@ -57,6 +57,8 @@ pub(super) struct Input<'a> {
     pub live: &'a HashMap<ObjectId, Value>,
     /// Objects the server-side diff dry-ran in this reconcile already.
     pub dry_runs: &'a HashMap<ObjectId, Value>,
+    /// Custom health rules (CEL) of the Application and the configuration.
+    pub health_rules: &'a health::Rules,
 }
 
 #[derive(Debug, PartialEq)]
@@ -318,7 +320,9 @@ async fn waves(
                 .get(&i)
                 .or_else(|| super::live_object(input.live, id));
             let assessment = match live {
-                Some(object) => health::assess(&id.group, &id.kind, object),
+                Some(object) => {
+                    health::assess_with(input.health_rules, &id.group, &id.kind, object)
+                }
                 None => Assessment {
                     status: Health::Missing,
                     message: Some("not in the cluster".into()),
@@ -678,7 +682,7 @@ async fn create_hook(
             format!("{phase:?} hook {id} started"),
         )
         .await;
-    let assessment = health::assess(&id.group, &id.kind, &live);
+    let assessment = health::assess_with(input.health_rules, &id.group, &id.kind, &live);
     settle(input, &mut record, assessment).await?;
     run.hooks.push(record);
     Ok(())
@@ -786,7 +790,8 @@ async fn refresh_hooks(
                 source,
             })?;
         let assessment = match live {
-            Some(object) => health::assess(
+            Some(object) => health::assess_with(
+                input.health_rules,
                 &id.group,
                 &id.kind,
                 &serde_json::to_value(&object).unwrap_or(Value::Null),

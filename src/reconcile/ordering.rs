@@ -394,7 +394,8 @@ pub fn hook_state(health: Health) -> HookState {
     match health {
         Health::Healthy => HookState::Succeeded,
         Health::Degraded | Health::Missing => HookState::Failed,
-        Health::Progressing | Health::Unknown => HookState::Running,
+        // As gitops-engine: a Suspended hook (a suspended Job) has not finished.
+        Health::Suspended | Health::Progressing | Health::Unknown => HookState::Running,
     }
 }
 

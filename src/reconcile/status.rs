@@ -156,6 +156,16 @@ pub fn build(report: Report<'_>) -> ApplicationStatus {
                 cond(false, "Synced", String::new()),
                 cond(false, "Synced", String::new()),
             ),
+            // Paused on purpose: not ready, but nothing to wait for either.
+            Health::Suspended => (
+                cond(
+                    false,
+                    "Suspended",
+                    status.health.message.clone().unwrap_or_default(),
+                ),
+                cond(false, "Suspended", String::new()),
+                cond(false, "Suspended", String::new()),
+            ),
             Health::Degraded | Health::Missing => (
                 cond(
                     false,

@@ -117,9 +117,16 @@ pub fn list(view: &ListView, query: &ListQuery, viewer: &str) -> String {
     let syncs: Vec<String> = ["Synced", "OutOfSync", "Unknown"]
         .map(String::from)
         .to_vec();
-    let healths: Vec<String> = ["Healthy", "Progressing", "Unknown", "Missing", "Degraded"]
-        .map(String::from)
-        .to_vec();
+    let healths: Vec<String> = [
+        "Healthy",
+        "Suspended",
+        "Progressing",
+        "Unknown",
+        "Missing",
+        "Degraded",
+    ]
+    .map(String::from)
+    .to_vec();
     let _ = write!(
         main,
         r#"<form method="get" action="/" class="filters">

@@ -137,6 +137,7 @@ fn sync_name(sync: Sync) -> &'static str {
 fn health_name(health: Health) -> &'static str {
     match health {
         Health::Healthy => "Healthy",
+        Health::Suspended => "Suspended",
         Health::Progressing => "Progressing",
         Health::Unknown => "Unknown",
         Health::Missing => "Missing",

@@ -71,7 +71,11 @@ pub async fn run(
         };
         let event = match event {
             Ok(event) => {
-                failures = 0;
+                // The watcher says Init before each list it tries: only a
+                // list that answered counts as recovered.
+                if !matches!(event, WatchEvent::Init) {
+                    failures = 0;
+                }
                 event
             }
             Err(error) => {

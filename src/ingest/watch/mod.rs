@@ -40,7 +40,7 @@ use crate::event::{AppKey, Cause, Event};
 use crate::ingest::dependents::{Dependents, Due};
 use crate::queue::Queue;
 use crate::reconcile::depends;
-use crate::reconcile::health::assess;
+use crate::reconcile::health::assess_configured as assess;
 use crate::reconcile::plan::FIELD_MANAGER;
 use crate::reconcile::prepare::{APP_ANNOTATION, APP_LABEL};
 
@@ -233,7 +233,12 @@ pub async fn run(
         };
         let event = match event {
             Ok(event) => {
-                retry.reset();
+                // The watcher says Init before each list it tries: only a
+                // list that answered counts as recovered (else a missing CRD
+                // warns on every retry).
+                if !matches!(event, WatchEvent::Init) {
+                    retry.reset();
+                }
                 event
             }
             Err(error) => {

@@ -88,7 +88,10 @@ pub(super) async fn watch_kind(
     while let Some(event) = stream.next().await {
         let event = match event {
             Ok(event) => {
-                retry.reset();
+                // Init comes before every list tried, answered or not.
+                if !matches!(event, WatchEvent::Init) {
+                    retry.reset();
+                }
                 if std::mem::take(&mut interrupted) {
                     cache.live().resumed(&cache.gvk, cache.scope());
                 }

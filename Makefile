@@ -189,6 +189,7 @@ bench: up clusters-up
 	cargo bench --bench preview
 	cargo bench --bench multicluster
 	cargo bench --bench appset
+	cargo bench --bench compat
 
 ## The fleet benchmark at 10,000 Applications of Flux's MTTP shape
 ## (ServiceAccount, Service, Deployment of 0 replicas, Ingress), in one

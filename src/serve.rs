@@ -324,6 +324,11 @@ pub async fn serve(
     };
     // Custom health rules (`health.checks`): a broken expression stops here.
     let health_checks = crate::reconcile::health::configure_from_env()?;
+    if roles.worker {
+        for missing in crate::source::render::RenderSettings::from_env().missing_tools() {
+            tracing::warn!("{missing}");
+        }
+    }
     tracing::info!(health_checks, "custom health rules");
     let ctx = Context::with_commit_statuses(config, cache_dir.clone(), tenancy, commit_statuses)?;
     if roles.worker {

@@ -237,13 +237,30 @@ pub(super) fn recorded_health(
     object: &DynamicObject,
 ) -> Option<Health> {
     let app = statuses.get(&reflector::ObjectRef::new(&owner.name).within(&owner.namespace))?;
-    let recorded = app.status.as_ref()?.resources.iter().find(|r| {
+    let status = app.status.as_ref()?;
+    let recorded = status.resources.iter().find(|r| {
         r.group == resource.group
             && r.kind == resource.kind
             && r.namespace == object.namespace()
             && r.name == object.name_any()
+    });
+    if let Some(recorded) = recorded {
+        return Some(recorded.health);
+    }
+    // A hook of the sync in progress (a Job, mostly): the watch of its kind
+    // starts after the reconcile that created it, and the hook may be done
+    // by its first listing.
+    let hook = status.sync_run.as_ref()?.hooks.iter().find(|h| {
+        h.group == resource.group
+            && h.kind == resource.kind
+            && h.namespace == object.namespace()
+            && h.name == object.name_any()
     })?;
-    Some(recorded.health)
+    Some(match hook.state {
+        crate::api::HookState::Running => Health::Progressing,
+        crate::api::HookState::Succeeded => Health::Healthy,
+        crate::api::HookState::Failed => Health::Degraded,
+    })
 }
 
 pub(super) fn owner(object: &DynamicObject) -> Option<AppKey> {

@@ -37,6 +37,19 @@ pub struct Invocation<'a> {
 }
 
 /// Runs it to the end; its stdout when it exits 0 within the limits.
+/// The spawn error, and for a renderer that is not there what to do.
+fn missing_hint(tool: &str, error: &std::io::Error) -> String {
+    if error.kind() != std::io::ErrorKind::NotFound {
+        return error.to_string();
+    }
+    let (variable, what) = match tool {
+        "helm template" => ("SETPOINT_HELM", "helm (v4; `make helm-build` builds it)"),
+        "kustomize build" => ("SETPOINT_KUBECTL", "kubectl (its built-in kustomize)"),
+        _ => return error.to_string(),
+    };
+    format!("{error}: install {what} on PATH, or set {variable} to its path")
+}
+
 pub async fn run(invocation: Invocation<'_>, limits: Limits) -> Result<Vec<u8>, RenderError> {
     let tool = invocation.tool;
     let mut command = Command::new(invocation.program);
@@ -58,7 +71,7 @@ pub async fn run(invocation: Invocation<'_>, limits: Limits) -> Result<Vec<u8>, 
     let mut child = command.spawn().map_err(|e| RenderError::Spawn {
         tool,
         program: invocation.program.display().to_string(),
-        message: e.to_string(),
+        message: missing_hint(tool, &e),
     })?;
     let pid = child.id();
     if let Some(mut stdin) = child.stdin.take() {
@@ -188,6 +201,16 @@ async fn keep_head(mut reader: impl AsyncRead + Unpin, kept: Arc<Mutex<Vec<u8>>>
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_missing_renderer_says_what_to_do() {
+        let missing = std::io::Error::from(std::io::ErrorKind::NotFound);
+        let hint = super::missing_hint("helm template", &missing);
+        assert!(hint.ends_with("or set SETPOINT_HELM to its path"), "{hint}");
+        assert!(super::missing_hint("kustomize build", &missing).contains("SETPOINT_KUBECTL"));
+        let denied = std::io::Error::from(std::io::ErrorKind::PermissionDenied);
+        assert!(!super::missing_hint("helm template", &denied).contains("SETPOINT_HELM"));
+    }
+
     use std::time::Instant;
 
     use super::*;

@@ -323,6 +323,34 @@ impl Default for RenderSettings {
 }
 
 impl RenderSettings {
+    /// The external renderers that cannot be found (a bare name on `PATH`,
+    /// else the path itself), each with the setting that says where it is:
+    /// warned about at start, so a missing helm is named once rather than
+    /// discovered per Application.
+    pub fn missing_tools(&self) -> Vec<String> {
+        let found = |program: &Path| {
+            if program.components().count() > 1 {
+                return program.is_file();
+            }
+            std::env::var_os("PATH").is_some_and(|paths| {
+                std::env::split_paths(&paths).any(|d| d.join(program).is_file())
+            })
+        };
+        [
+            (&self.helm, "helm", "Helm charts", "SETPOINT_HELM"),
+            (&self.kubectl, "kubectl", "Kustomize", "SETPOINT_KUBECTL"),
+        ]
+        .into_iter()
+        .filter(|(program, ..)| !found(program))
+        .map(|(program, tool, what, variable)| {
+            format!(
+                "{tool} not found ({}): Applications rendered with {what} will fail until it is installed on PATH or {variable} names it",
+                program.display()
+            )
+        })
+        .collect()
+    }
+
     pub fn from_env() -> Self {
         let mut settings = RenderSettings::default();
         if let Some(path) = std::env::var_os("SETPOINT_KUBECTL") {
@@ -806,6 +834,22 @@ pub fn check_unique(manifests: &[Manifest]) -> Result<(), RenderError> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn missing_renderers_are_named_with_their_setting() {
+        let settings = RenderSettings {
+            helm: "/nonexistent/helm".into(),
+            kubectl: "sh".into(),
+            ..Default::default()
+        };
+        let missing = settings.missing_tools();
+        assert_eq!(missing.len(), 1, "{missing:?}");
+        assert!(
+            missing[0].starts_with("helm not found (/nonexistent/helm)")
+                && missing[0].contains("SETPOINT_HELM"),
+            "{missing:?}"
+        );
+    }
+
     use super::*;
 
     fn file(path: &str) -> SourceFile {

@@ -14,7 +14,9 @@ use setpoint::api::{
     Application, ApplicationSpec, ConditionStatus, ConditionType, Health, HealthCheck, Source,
 };
 use setpoint::reconcile::Request;
-use support::app::{automated, context, create_app, get_app, install_crd, reconcile_app};
+use support::app::{
+    automated, condition, context, create_app, get_app, install_crd, reconcile_app,
+};
 use support::{GitRepo, TestNamespace, wait_for};
 
 const DEADLINE: Duration = Duration::from_secs(90);
@@ -85,11 +87,7 @@ spec:
         .find(|r| r.kind == "Deployment")
         .unwrap();
     assert_eq!(web.health, Health::Suspended);
-    let ready = status
-        .conditions
-        .iter()
-        .find(|c| c.type_ == ConditionType::Ready)
-        .unwrap();
+    let ready = condition(&status, ConditionType::Ready);
     assert_eq!(ready.status, ConditionStatus::False);
     assert_eq!(ready.reason, "Suspended");
 }
@@ -265,11 +263,7 @@ async fn a_broken_cel_expression_is_a_clear_condition() {
     assert_eq!(error.reason(), "InvalidHealthCheck");
     assert!(!error.is_transient(), "waits for a fix: {error}");
     let status = get_app(&ns, "app").await.status.unwrap();
-    let ready = status
-        .conditions
-        .iter()
-        .find(|c| c.type_ == ConditionType::Ready)
-        .unwrap();
+    let ready = condition(&status, ConditionType::Ready);
     assert_eq!(ready.status, ConditionStatus::False);
     assert_eq!(ready.reason, "InvalidHealthCheck");
     assert!(

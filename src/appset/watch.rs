@@ -71,9 +71,7 @@ pub async fn run(
         };
         let event = match event {
             Ok(event) => {
-                // The watcher says Init before each list it tries: only a
-                // list that answered counts as recovered.
-                if !matches!(event, WatchEvent::Init) {
+                if crate::ingest::watch::retry::answered(&event) {
                     failures = 0;
                 }
                 event

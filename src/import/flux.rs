@@ -757,19 +757,18 @@ fn git_repository(value: &Value, source: &mut Source, notes: &Notes) {
     fields.finish("spec.source");
 }
 
+/// What a chart repository's or registry's Secret must hold for Setpoint.
+const REGISTRY_CREDENTIALS: &str = "Setpoint reads the keys username and password (or a bearer \
+     token) from this Secret in the Application's own namespace; a dockerconfigjson Secret does \
+     not work there";
+
 /// The URL and credentials of a `HelmRepository` (`type: oci` included).
 fn helm_repository(value: &Value, source: &mut Source, notes: &Notes) {
     let what = describe(value);
     let mut fields = Fields::new(&format!("{what} spec"), value.get("spec").cloned(), notes);
     source_url(&mut fields, source, notes, &what);
     fields.drop(&["type"]);
-    credentials(
-        &mut fields,
-        source,
-        notes,
-        "Setpoint reads the keys username and password (or a bearer token) from this Secret in \
-         the Application's own namespace; a dockerconfigjson Secret does not work there",
-    );
+    credentials(&mut fields, source, notes, REGISTRY_CREDENTIALS);
     fields.unmapped(
         "spec.source",
         "passCredentials",
@@ -811,13 +810,7 @@ fn oci_repository(value: &Value, source: &mut Source, notes: &Notes) {
     );
     reference.finish("spec.source.targetRevision");
     source.target_revision = semver.or(tag).filter(|v| v != "latest");
-    credentials(
-        &mut fields,
-        source,
-        notes,
-        "Setpoint reads the keys username and password (or a bearer token) from this Secret in \
-         the Application's own namespace; a dockerconfigjson Secret does not work there",
-    );
+    credentials(&mut fields, source, notes, REGISTRY_CREDENTIALS);
     fields.unmapped(
         "spec.source",
         "layerSelector",

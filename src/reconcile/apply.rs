@@ -383,11 +383,10 @@ pub async fn create_namespace(
     namespace: &str,
     desired: &[Desired],
 ) -> Result<(), ApplyError> {
-    let in_render = desired.iter().any(|d| {
-        let id = &d.manifest.id;
-        id.group.is_empty() && id.kind == "Namespace" && id.name == namespace
-    });
-    if in_render {
+    if desired
+        .iter()
+        .any(|d| is_namespace(&d.manifest.id, namespace))
+    {
         return Ok(());
     }
     use k8s_openapi::api::core::v1::Namespace;
@@ -429,10 +428,13 @@ pub async fn create_namespace(
 }
 
 fn namespace_in(desired: &[Desired], chosen: &[usize], namespace: &str) -> bool {
-    chosen.iter().any(|&i| {
-        let id = &desired[i].manifest.id;
-        id.group.is_empty() && id.kind == "Namespace" && id.name == namespace
-    })
+    chosen
+        .iter()
+        .any(|&i| is_namespace(&desired[i].manifest.id, namespace))
+}
+
+fn is_namespace(id: &ObjectId, namespace: &str) -> bool {
+    id.group.is_empty() && id.kind == "Namespace" && id.name == namespace
 }
 
 pub(crate) fn classify(id: &ObjectId, source: kube::Error) -> ApplyError {

@@ -545,10 +545,12 @@ fn name_generated_hooks(input: &mut Input<'_>, run: &SyncRun) {
         if let Some(map) = metadata.as_object_mut() {
             map.remove("generateName");
         }
-        if !metadata["annotations"].is_object() {
-            metadata["annotations"] = serde_json::json!({});
-        }
-        metadata["annotations"][annotations::GENERATED_FROM] = Value::String(prefix);
+        crate::reconcile::prepare::set_entry(
+            metadata,
+            "annotations",
+            annotations::GENERATED_FROM,
+            &prefix,
+        );
         hook.manifest.id.name = name;
     }
 }
@@ -695,12 +697,8 @@ async fn delete_earlier_runs(
     body: &Value,
     id: &ObjectId,
 ) -> Result<(), ApplyError> {
-    let annotation = |key: &str| {
-        body.pointer("/metadata/annotations")
-            .and_then(|a| a.get(key))
-            .and_then(Value::as_str)
-            .map(str::to_string)
-    };
+    let annotation =
+        |key: &'static str| annotations::first(body, &[key]).map(|(_, v)| v.to_string());
     let Some(prefix) = annotation(annotations::GENERATED_FROM) else {
         return Ok(());
     };

@@ -184,16 +184,6 @@ pub fn placement(manifest: &Manifest) -> Result<Placement, OrderingError> {
     ))
 }
 
-/// The wave and hook of one manifest that runs at one phase at most (the
-/// first, for a hook of several).
-pub fn ordering(manifest: &Manifest) -> Result<Ordering, OrderingError> {
-    Ok(match placement(manifest)? {
-        Placement::Object(wave) => Ordering { wave, hook: None },
-        Placement::Hooks(hooks) => hooks[0],
-        Placement::Skip => Ordering::default(),
-    })
-}
-
 /// Whether a live object is a hook: hooks are never pruned as ordinary
 /// objects, and their changes are not drift.
 pub fn is_hook(live: &Value) -> bool {
@@ -440,6 +430,15 @@ mod tests {
             namespace: Some("ns".into()),
             name: name.into(),
         }
+    }
+
+    /// The wave and the first phase of a manifest's placement.
+    fn ordering(manifest: &Manifest) -> Result<Ordering, OrderingError> {
+        Ok(match placement(manifest)? {
+            Placement::Object(wave) => Ordering { wave, hook: None },
+            Placement::Hooks(hooks) => hooks[0],
+            Placement::Skip => Ordering::default(),
+        })
     }
 
     fn manifest(annotations: Value) -> Manifest {

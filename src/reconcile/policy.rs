@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use crate::api::SyncPolicy;
 use crate::manifest::ObjectId;
-use crate::reconcile::plan::{Action, Cause, Plan, Step};
+use crate::reconcile::plan::{Action, Cause, Plan, Step, find_live};
 use crate::reconcile::sync_options::{self, Options, Prune};
 
 /// Why this reconcile runs, as far as the policy cares.
@@ -46,10 +46,7 @@ pub fn restrain(
     app: Options,
     manual: bool,
 ) {
-    let find = |id: &ObjectId| {
-        live.get(id)
-            .or_else(|| live.iter().find(|(k, _)| k.same_object(id)).map(|(_, v)| v))
-    };
+    let find = |id: &ObjectId| find_live(id, live);
     let prune = std::mem::take(&mut decision.prune);
     for step in prune {
         let options = find(&step.id).map_or(app, |o| sync_options::of_live(app, o));

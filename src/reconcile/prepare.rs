@@ -187,7 +187,7 @@ fn mark(manifest: &mut Manifest, namespaced: bool, destination: &str, label: &st
     set_entry(&mut body["metadata"], "annotations", HASH_ANNOTATION, &hash);
 }
 
-fn set_entry(metadata: &mut Value, map: &str, key: &str, value: &str) {
+pub(crate) fn set_entry(metadata: &mut Value, map: &str, key: &str, value: &str) {
     if !metadata[map].is_object() {
         metadata[map] = json!({});
     }

@@ -10,6 +10,8 @@
 
 use serde_json::Value;
 
+use super::annotations::first;
+
 pub const SYNC_OPTIONS: [&str; 2] = [
     "setpoint.dev/sync-options",
     "argocd.argoproj.io/sync-options",
@@ -192,19 +194,15 @@ pub fn of_application(list: &[String]) -> Result<Options, OptionsError> {
     )
 }
 
-fn annotation<'a>(body: &'a Value, key: &str) -> Option<&'a str> {
-    body.pointer("/metadata/annotations")?.get(key)?.as_str()
-}
-
 /// One object's options: the Application's, then Argo CD's annotation, then
 /// Setpoint's. `object` names it in an error.
 pub fn of_object(app: Options, body: &Value, object: &str) -> Result<Options, OptionsError> {
     let mut options = app;
-    if annotation(body, HELM_RESOURCE_POLICY).map(str::trim) == Some("keep") {
+    if first(body, &[HELM_RESOURCE_POLICY]).map(|(_, v)| v.trim()) == Some("keep") {
         options.delete = false;
     }
     for key in SYNC_OPTIONS.iter().rev() {
-        if let Some(value) = annotation(body, key) {
+        if let Some((_, value)) = first(body, &[*key]) {
             options = parse(options, value.split(','), &format!("{object} ({key})"))?;
         }
     }
@@ -220,7 +218,7 @@ pub fn of_live(app: Options, live: &Value) -> Options {
 /// `IgnoreExtraneous` on a live object.
 pub fn ignores_extraneous(live: &Value) -> bool {
     COMPARE_OPTIONS.iter().any(|key| {
-        annotation(live, key).is_some_and(|v| {
+        first(live, &[*key]).is_some_and(|(_, v)| {
             v.split(',')
                 .any(|o| o.trim().eq_ignore_ascii_case("IgnoreExtraneous"))
         })

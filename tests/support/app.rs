@@ -118,6 +118,19 @@ pub async fn get_app(ns: &TestNamespace, name: &str) -> Application {
         .expect("get Application")
 }
 
+/// The condition of `type_` in `status`; panics naming the conditions there
+/// when it is missing.
+pub fn condition(
+    status: &setpoint::api::ApplicationStatus,
+    type_: setpoint::api::ConditionType,
+) -> &setpoint::api::Condition {
+    status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .unwrap_or_else(|| panic!("no {type_:?} condition: {:?}", status.conditions))
+}
+
 /// Re-reads the Application and reconciles it once.
 pub async fn reconcile_app(
     ctx: &Context,

@@ -45,7 +45,7 @@ use crate::reconcile::plan::FIELD_MANAGER;
 use crate::reconcile::prepare::{APP_ANNOTATION, APP_LABEL};
 
 mod objects;
-mod retry;
+pub(crate) mod retry;
 
 use objects::*;
 use retry::*;
@@ -233,10 +233,7 @@ pub async fn run(
         };
         let event = match event {
             Ok(event) => {
-                // The watcher says Init before each list it tries: only a
-                // list that answered counts as recovered (else a missing CRD
-                // warns on every retry).
-                if !matches!(event, WatchEvent::Init) {
+                if answered(&event) {
                     retry.reset();
                 }
                 event

@@ -88,8 +88,7 @@ pub(super) async fn watch_kind(
     while let Some(event) = stream.next().await {
         let event = match event {
             Ok(event) => {
-                // Init comes before every list tried, answered or not.
-                if !matches!(event, WatchEvent::Init) {
+                if answered(&event) {
                     retry.reset();
                 }
                 if std::mem::take(&mut interrupted) {

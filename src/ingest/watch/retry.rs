@@ -64,6 +64,14 @@ impl Retry {
     }
 }
 
+/// Whether a watcher event shows the API server answered, so that a run of
+/// failures is over: the watcher says Init before every list it tries,
+/// answered or not (counted as an answer, a kind that is not served warned
+/// on every retry).
+pub(crate) fn answered<K>(event: &kube::runtime::watcher::Event<K>) -> bool {
+    !matches!(event, kube::runtime::watcher::Event::Init)
+}
+
 /// A factor in [0.5, 1], so that watches failing together do not all retry
 /// at the same instant.
 pub(super) fn jitter() -> f64 {

@@ -14,8 +14,9 @@ use support::{GitRepo, TestNamespace, wait_for};
 
 const DEADLINE: Duration = Duration::from_secs(60);
 
-/// `setpoint run` watches every namespace: two at once would each correct
-/// the other's drift, so the tests that start one take turns.
+/// Each `setpoint run` here is scoped to its test's namespace; the two
+/// tests that start one also take turns, so that neither's figures or logs
+/// carry the other's load.
 static ONE_RUN_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 const SECRET: &str = "operations-secret";
 
@@ -281,10 +282,16 @@ async fn the_file_configures_a_role_the_environment_and_flags_override_it_and_lo
     .unwrap();
     let config = config.to_str().unwrap();
     let unset = ["SETPOINT_LOG", "SETPOINT_METRICS_LISTEN", "SETPOINT_LISTEN"];
+    // Only this namespace: the other tests here run side by side, and a
+    // process reconciling their manual Applications would race their CLI.
+    let scope = [
+        ("SETPOINT_WATCH_NAMESPACES", ns.name.as_str()),
+        ("POD_NAMESPACE", ns.name.as_str()),
+    ];
 
     // The file alone: its ports, its secret, JSON logs.
     let mut setpoint =
-        Setpoint::spawn_without(&["--config", config, "run"], &[], &unset, cache.path());
+        Setpoint::spawn_without(&["--config", config, "run"], &scope, &unset, cache.path());
     setpoint.port = Some(webhook_port);
     setpoint.wait_http().await;
     assert_eq!(post(file_metrics, "/healthz", &[], "", "GET").0, 200);
@@ -364,7 +371,7 @@ async fn the_file_configures_a_role_the_environment_and_flags_override_it_and_lo
     let flag_listen = format!("127.0.0.1:{flag_port}");
     let mut setpoint = Setpoint::spawn_without(
         &["--config", config, "run", "--listen", &flag_listen],
-        &[("SETPOINT_METRICS_LISTEN", &env_listen)],
+        &[("SETPOINT_METRICS_LISTEN", &env_listen), scope[0], scope[1]],
         &["SETPOINT_LOG", "SETPOINT_LISTEN"],
         cache.path(),
     );

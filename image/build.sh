@@ -6,18 +6,20 @@
 #
 #   build.sh build     the OCI archive under $CARGO_TARGET_DIR/image, with its
 #                      SPDX SBOM beside it; last line: "<archive> <digest>"
-#   build.sh context   the build context of the Containerfile (rootfs.tar and
-#                      the binaries); prints its directory
+#   build.sh context   the build context of the Containerfile (rootfs.tar,
+#                      setpoint and renderers.tar); prints its directory
 #   build.sh rootfs    the root filesystem only (cached); prints its path
+#   build.sh sizes     what each part of the image unpacks to (MiB)
 #
 # Environment: CARGO_TARGET_DIR (the release binary is
-# $CARGO_TARGET_DIR/release/setpoint), IMAGE_KUBECTL and IMAGE_HELM (the
-# binaries the tests use), SETPOINT_CACHE (default ~/.cache/setpoint),
-# IMAGE_SOURCE (the org.opencontainers.image.source label).
+# $CARGO_TARGET_DIR/release/setpoint), IMAGE_RENDERERS (helm and kustomize
+# in one binary, image/renderers/build.sh), SETPOINT_CACHE (default
+# ~/.cache/setpoint), IMAGE_SOURCE (the org.opencontainers.image.source
+# label), IMAGE_OUT (where the archive goes; default $CARGO_TARGET_DIR/image).
 #
 # Caches, keyed by what goes in: the root filesystem by the package list, the
 # lock and the scripts that make it ($SETPOINT_CACHE/image/rootfs-<hash>.tar);
-# the archive by the root filesystem, the three binaries, the Containerfile
+# the archive by the root filesystem, the binaries, the Containerfile
 # and the labels (<archive>: setpoint-<version>-<hash>.oci.tar). The image's
 # timestamps are the commit's, so the same commit gives the same digest.
 set -euo pipefail
@@ -26,10 +28,9 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/.." && pwd)"
 # shellcheck source=image/storage.sh
 source "$here/storage.sh"
-out_dir="${CARGO_TARGET_DIR:?CARGO_TARGET_DIR is not set}/image"
-binary="$CARGO_TARGET_DIR/release/setpoint"
-kubectl="${IMAGE_KUBECTL:?IMAGE_KUBECTL is not set}"
-helm="${IMAGE_HELM:?IMAGE_HELM is not set}"
+out_dir="${IMAGE_OUT:-${CARGO_TARGET_DIR:?CARGO_TARGET_DIR is not set}/image}"
+binary="${CARGO_TARGET_DIR:?CARGO_TARGET_DIR is not set}/release/setpoint"
+renderers="${IMAGE_RENDERERS:?IMAGE_RENDERERS is not set}"
 
 log() { printf '[image] %s\n' "$*" >&2; }
 die() { printf '[image] error: %s\n' "$*" >&2; exit 1; }
@@ -51,7 +52,7 @@ flock 9
 
 need_binaries() {
   local f
-  for f in "$binary" "$kubectl" "$helm"; do
+  for f in "$binary" "$renderers"; do
     [[ -x "$f" ]] || die "$f is missing: \`make image\` builds it first"
   done
 }
@@ -64,7 +65,7 @@ rootfs_tar() {
   tar="$image_cache/rootfs-$key.tar"
   if [[ ! -f "$tar" || ! -f "$tar.dpkg-status" ]]; then
     log "building the root filesystem $tar (Debian packages; about 2 minutes)"
-    "$here/rootfs.sh" build "$tar.tmp"
+    "$here/rootfs.sh" build "$tar.tmp" || exit 1
     mv "$tar.tmp.dpkg-status" "$tar.dpkg-status"
     mv "$tar.tmp" "$tar"
     # Only the current root filesystem is kept.
@@ -73,18 +74,27 @@ rootfs_tar() {
   echo "$tar"
 }
 
-# The build context: the root filesystem and the three binaries, kubectl and
-# helm without their symbol tables and debug information (as release builds
-# of both ship).
+# The build context: the root filesystem, setpoint without its symbol table
+# (the release profile keeps it, for profilers), and renderers.tar: helm, and
+# kustomize as a link to it (a tar, which ADD unpacks, as COPY would not keep
+# the link). The libraries setpoint links must be in the root filesystem,
+# which image/prune.py cuts to what its own programs link.
 make_context() {
-  local dir="$1" rootfs="$2"
+  local dir="$1" rootfs="$2" lib
   need_binaries
-  mkdir -p "$dir"
+  mkdir -p "$dir/renderers"
   cp "$rootfs" "$dir/rootfs.tar"
-  cp "$binary" "$dir/setpoint"
-  strip --strip-all -o "$dir/kubectl" "$kubectl"
-  strip --strip-all -o "$dir/helm" "$helm"
-  chmod 0755 "$dir/setpoint" "$dir/kubectl" "$dir/helm"
+  strip --strip-all -o "$dir/setpoint" "$binary"
+  chmod 0755 "$dir/setpoint"
+  for lib in $(readelf -d "$dir/setpoint" | awk '$2 == "(NEEDED)" {gsub(/[][]/, "", $5); print $5}'); do
+    grep -qxF "./usr/lib/x86_64-linux-gnu/$lib" <(tar -tf "$rootfs") ||
+      die "setpoint links $lib, which the root filesystem lacks: add it to KEEP_LIBS in image/prune.py"
+  done
+  cp "$renderers" "$dir/renderers/helm"
+  chmod 0755 "$dir/renderers/helm"
+  ln -s helm "$dir/renderers/kustomize"
+  tar --owner=0 --group=0 --numeric-owner --mtime="@$epoch" -C "$dir/renderers" -cf "$dir/renderers.tar" helm kustomize
+  rm -rf "$dir/renderers"
 }
 
 # One layer, no history, no buildah version label, the commit's time; chroot
@@ -114,7 +124,7 @@ cmd_build() {
   key="$( (
     printf '%s\n' "$rootfs"
     build_args
-    sha256sum "$binary" "$kubectl" "$helm" "$repo/Containerfile" "$here/build.sh" "$here/sbom.py" | cut -d' ' -f1
+    sha256sum "$binary" "$renderers" "$repo/Containerfile" "$here/build.sh" "$here/sbom.py" | cut -d' ' -f1
   ) | sha256sum | cut -c1-16)"
   archive="$out_dir/$name-$version-$key.oci.tar"
   digest_file="$archive.digest"
@@ -139,7 +149,7 @@ cmd_build() {
     "oci-archive:$work/image.oci.tar:$name:$version" || die "buildah push to the OCI archive failed"
   python3 "$here/sbom.py" --name "$name" --version "$version" --revision "$revision" \
     --created "$created" --digest "$(cat "$work/digest")" --dpkg-status "$rootfs.dpkg-status" \
-    --cargo-manifest "$repo/Cargo.toml" --go-binary "kubectl=$kubectl" --go-binary "helm=$helm" \
+    --cargo-manifest "$repo/Cargo.toml" --go-binary "renderers=$renderers" \
     >"$work/sbom.spdx.json" || die "the SBOM could not be written"
   mv "$work/sbom.spdx.json" "$sbom"
   mv "$work/digest" "$digest_file"
@@ -150,15 +160,28 @@ cmd_build() {
   echo "$archive $(cat "$digest_file")"
 }
 
-# The image's uncompressed size: what its one layer unpacks to.
+# The image's uncompressed size: what its one layer unpacks to (the sizes of
+# its files; links and directories count nothing).
 image_size() {
   local dir="$1"
-  echo $(($(tar -tvf "$dir/rootfs.tar" | awk '{s += $3} END {print s}') / 1048576 + $(du -cm "$dir/setpoint" "$dir/kubectl" "$dir/helm" | tail -1 | cut -f1)))
+  tar -tvf "$dir/rootfs.tar" | cat - <(tar -tvf "$dir/renderers.tar") <(stat -c '- - %s' "$dir/setpoint") |
+    awk '{s += $3} END {printf "%.1f\n", s / 1048576}'
+}
+
+# Each part's size, from a context as the build makes it (image/sizes.py).
+cmd_sizes() {
+  local work
+  work="$(mktemp -d)"
+  # shellcheck disable=SC2064
+  trap "rm -rf '$work'" EXIT
+  make_context "$work" "$(rootfs_tar)"
+  python3 "$here/sizes.py" "$work" "$here/packages.txt"
 }
 
 case "${1:-}" in
   build) cmd_build ;;
   context) cmd_context ;;
   rootfs) rootfs_tar ;;
-  *) die "usage: build.sh build | context | rootfs" ;;
+  sizes) cmd_sizes ;;
+  *) die "usage: build.sh build | context | rootfs | sizes" ;;
 esac

@@ -11,14 +11,18 @@ following the `skip` names, and removes every other package: its files, its
 dpkg metadata and its stanza in /var/lib/dpkg/status, so that the status
 file (which the SBOM and image scanners read) lists exactly what is there.
 From the kept packages it removes documentation (except the copyright
-files), manuals, translations and glibc's gconv modules, and it writes the
-accounts and directories the image runs with.
+files), manuals, translations, glibc's gconv modules, the programs Setpoint
+never runs (DROP_FILES) and then every shared library that no remaining
+program or library links (DT_NEEDED), but for KEEP_LIBS; it fails if a
+remaining ELF file needs a library that is not there. It writes the accounts
+and directories the image runs with.
 """
 
 import os
 import re
 import shutil
 import stat
+import struct
 import sys
 
 UID = 65532
@@ -52,7 +56,28 @@ DROP_FILES = tuple(
         "git-submodule", "git-sh-prompt", "git-sh-i18n", "git-sh-setup", "git-merge-octopus",
         "git-merge-one-file", "git-merge-resolve", "mergetools",
     )
-) + ("usr/bin/git-shell", "usr/bin/scalar")
+) + ("usr/bin/git-shell", "usr/bin/scalar") + (
+    # OpenSSH's tools but ssh itself (git runs `ssh`; keys come from
+    # Secrets, never an agent or a FIDO token), and tini's static twin (the
+    # entrypoint is /usr/bin/tini).
+    "usr/bin/scp", "usr/bin/sftp", "usr/bin/ssh-add", "usr/bin/ssh-agent", "usr/bin/ssh-argv0",
+    "usr/bin/ssh-copy-id", "usr/bin/ssh-keygen", "usr/bin/ssh-keyscan", "usr/lib/openssh",
+    "usr/bin/tini-static",
+)
+
+# Debian ships /usr/lib/git-core/git as a second copy of /usr/bin/git (3.5 MB):
+# a link to it instead; the builtins' links in git-core point to it.
+DUPLICATES = {"usr/lib/git-core/git": "../../bin/git"}
+
+LIB_DIR = "usr/lib/x86_64-linux-gnu"
+# Libraries kept though no file of the root filesystem links them: what the
+# setpoint binary links (image/build.sh checks its DT_NEEDED against the root
+# filesystem), and what glibc loads itself (libgcc_s to unwind, the NSS
+# modules that nsswitch.conf names, the resolver).
+KEEP_LIBS = {
+    "ld-linux-x86-64.so.2", "libc.so.6", "libm.so.6", "libgcc_s.so.1", "libpthread.so.0", "libdl.so.2",
+    "librt.so.1", "libresolv.so.2", "libnss_files.so.2", "libnss_dns.so.2",
+}
 
 
 def parse_packages_txt(path):
@@ -181,6 +206,11 @@ def remove_packages(root, stanzas, wanted):
 
 
 def drop_unneeded_files(root):
+    for path, target in DUPLICATES.items():
+        full = os.path.join(root, path)
+        if os.path.isfile(full) and not os.path.islink(full):
+            os.unlink(full)
+            os.symlink(target, full)
     for path in DROP_FILES:
         full = os.path.join(root, path)
         if os.path.isdir(full) and not os.path.islink(full):
@@ -201,7 +231,7 @@ def drop_unneeded_files(root):
 
 def remove_dangling_links(root):
     """Alternatives (awk, pager) whose package is gone, links to dropped files."""
-    for top in ("etc/alternatives", "usr/bin", "usr/sbin", "usr/lib/git-core"):
+    for top in ("etc/alternatives", "usr/bin", "usr/sbin", "usr/lib/git-core", LIB_DIR):
         for dirpath, _, filenames in os.walk(os.path.join(root, top)):
             for name in filenames:
                 path = os.path.join(dirpath, name)
@@ -213,6 +243,81 @@ def remove_dangling_links(root):
                         resolved = root + os.readlink(resolved)
                     if not os.path.exists(resolved):
                         os.unlink(path)
+
+
+def elf_dynamic(path):
+    """(SONAME, [DT_NEEDED]) of a 64-bit little-endian ELF file, or None when
+    it is not one (or is static)."""
+    with open(path, "rb") as f:
+        if f.read(6) != b"\x7fELF\x02\x01":
+            return None
+        data = b"\x7fELF\x02\x01" + f.read()
+    phoff, = struct.unpack_from("<Q", data, 0x20)
+    phentsize, phnum = struct.unpack_from("<HH", data, 0x36)
+    loads, dynamic = [], None
+    for i in range(phnum):
+        p_type, _, p_offset, p_vaddr, _, p_filesz, _, _ = struct.unpack_from("<IIQQQQQQ", data, phoff + i * phentsize)
+        if p_type == 1:
+            loads.append((p_vaddr, p_offset, p_filesz))
+        elif p_type == 2:
+            dynamic = (p_offset, p_filesz)
+    if dynamic is None:
+        return None
+    entries, strtab = [], None
+    for at in range(dynamic[0], dynamic[0] + dynamic[1], 16):
+        tag, value = struct.unpack_from("<qQ", data, at)
+        if tag == 0:
+            break
+        if tag == 5:
+            strtab = next(off + value - vaddr for vaddr, off, size in loads if vaddr <= value < vaddr + size)
+        entries.append((tag, value))
+
+    def string(offset):
+        return data[strtab + offset:data.index(b"\0", strtab + offset)].decode()
+
+    soname = next((string(v) for t, v in entries if t == 14), None)
+    return soname, [string(v) for t, v in entries if t == 1]
+
+
+def elf_files(root):
+    """The ELF files under /usr (merged /usr: all of them; not /proc, /sys
+    and /dev, which mmdebstrap mounts while its hooks run)."""
+    for dirpath, _, filenames in os.walk(os.path.join(root, "usr")):
+        for name in filenames:
+            path = os.path.join(dirpath, name)
+            if not os.path.islink(path) and os.path.isfile(path):
+                dynamic = elf_dynamic(path)
+                if dynamic is not None:
+                    yield path, dynamic
+
+
+def remove_unlinked_libraries(root):
+    """Removes the shared libraries of LIB_DIR that nothing links, then
+    checks that every ELF file left finds each library it needs."""
+    lib_dir = os.path.join(root, LIB_DIR)
+    libraries, needed = {}, {}
+    for path, (soname, deps) in elf_files(root):
+        if os.path.dirname(path) == lib_dir and soname:
+            libraries[soname] = path
+        needed[path] = deps
+    # From the programs (and plugins in subdirectories), through the libraries.
+    wanted, todo = set(), list(KEEP_LIBS)
+    todo += [dep for path, deps in needed.items() if os.path.dirname(path) != lib_dir for dep in deps]
+    while todo:
+        name = todo.pop()
+        if name not in wanted:
+            wanted.add(name)
+            todo.extend(needed.get(libraries.get(name), []))
+    for soname, path in libraries.items():
+        if soname not in wanted:
+            os.unlink(path)
+            del needed[path]
+    remove_dangling_links(root)
+    present = set(os.listdir(lib_dir))
+    for path, deps in sorted(needed.items()):
+        for dep in deps:
+            if dep not in present:
+                sys.exit(f"prune: {path[len(root):]} needs {dep}, which is not in the root filesystem")
 
 
 def remove_tree_contents(path):
@@ -257,6 +362,14 @@ def write_accounts_and_dirs(root):
             os.unlink(full)
     for path in ("var/log", "var/cache/apt", "var/cache/debconf", "var/cache/ldconfig", "var/lib/apt"):
         remove_tree_contents(os.path.join(root, path))
+    # dpkg's metadata but what scanners read (status, each package's file
+    # list, checksums and conffiles): symbols and shlibs are for building
+    # packages, maintainer scripts and triggers for dpkg, which is not there.
+    info = os.path.join(root, "var/lib/dpkg/info")
+    for name in os.listdir(info):
+        if name.rsplit(".", 1)[-1] in ("symbols", "shlibs", "triggers", "preinst", "postinst", "prerm", "postrm",
+                                        "config", "templates"):
+            os.unlink(os.path.join(info, name))
     for path in ("available", "available-old", "status-old", "diversions-old", "statoverride-old", "lock", "lock-frontend", "triggers/Lock"):
         full = os.path.join(root, "var/lib/dpkg", path)
         if os.path.lexists(full):
@@ -276,6 +389,7 @@ def main():
     remove_packages(root, stanzas, wanted)
     drop_unneeded_files(root)
     remove_dangling_links(root)
+    remove_unlinked_libraries(root)
     write_accounts_and_dirs(root)
     print(f"prune: kept {len(wanted)} packages, removed {len(removed)}: {' '.join(removed)}", file=sys.stderr)
 

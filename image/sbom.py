@@ -3,13 +3,17 @@
 
     sbom.py --name setpoint --version V --revision SHA --created RFC3339
             --digest sha256:... --dpkg-status FILE --cargo-manifest Cargo.toml
-            --go-binary kubectl=PATH --go-binary helm=PATH
+            --go-binary renderers=PATH
 
 What it lists: the Debian packages of the root filesystem (its dpkg status
 file, as pruned), the Rust crates compiled into the setpoint binary (`cargo
 metadata`, the normal dependencies for the Linux target, with Cargo.lock's
-checksums), and the Go modules of kubectl and helm (`go version -m`). No
-network: cargo runs offline. The same inputs give the same bytes.
+checksums), and the Go modules of each Go binary (`go version -m`; the
+image's is helm and kustomize in one, image/renderers). cargo reads the
+crates' manifests, downloading those Cargo.lock pins that are not in
+CARGO_HOME yet (a fresh clone has none of the dev-dependencies, which cargo
+metadata resolves too): --locked, so nothing but the lock decides what is
+listed. The same inputs give the same bytes.
 """
 
 import argparse
@@ -76,13 +80,14 @@ def debian_packages(status_path):
 
 
 def rust_crates(manifest):
-    metadata = json.loads(
-        subprocess.run(
-            ["cargo", "metadata", "--format-version", "1", "--locked", "--offline", "--filter-platform", TARGET,
-             "--manifest-path", str(manifest)],
-            check=True, capture_output=True, text=True,
-        ).stdout
+    run = subprocess.run(
+        ["cargo", "metadata", "--format-version", "1", "--locked", "--filter-platform", TARGET,
+         "--manifest-path", str(manifest)],
+        capture_output=True, text=True,
     )
+    if run.returncode != 0:
+        sys.exit(f"sbom: cargo metadata failed: {run.stderr.strip()}")
+    metadata = json.loads(run.stdout)
     lock = tomllib.loads((Path(manifest).parent / "Cargo.lock").read_text(encoding="utf-8"))
     checksums = {(p["name"], p["version"]): p.get("checksum") for p in lock["package"]}
     packages = {p["id"]: p for p in metadata["packages"]}
@@ -112,8 +117,10 @@ def rust_crates(manifest):
     return crates
 
 
-def go_modules(label, path):
-    """The main module and the dependencies `go version -m` reads from the binary."""
+def go_modules(label, path, own_version):
+    """The main module and the dependencies `go version -m` reads from the
+    binary. A main module of this repository (version `(devel)`) has the
+    image's version."""
     out = subprocess.run(["go", "version", "-m", path], check=True, capture_output=True, text=True).stdout
     main, deps, toolchain = None, [], None
     for line in out.splitlines():
@@ -123,7 +130,7 @@ def go_modules(label, path):
         if line.startswith(path + ":"):
             toolchain = words[-1]
         elif words[0] == "mod":
-            main = (words[1], words[2])
+            main = (words[1], own_version if words[2] == "(devel)" else words[2])
         elif words[0] == "dep":
             deps.append((words[1], words[2]))
         elif words[0] == "=>" and deps:
@@ -133,7 +140,7 @@ def go_modules(label, path):
         label,
         main[1] if main else "NOASSERTION",
         f"pkg:golang/{main[0]}@{main[1]}" if main else f"pkg:generic/{label}",
-        comment=f"{label}, built with {toolchain} from the Go module {main[0] if main else 'unknown'} at the version the tests use",
+        comment=f"{label}, built with {toolchain} from the Go module {main[0] if main else 'unknown'}, its modules at the versions the tests use",
     )
     modules = [
         package(spdx_id("gomod", label, mod, version), mod, version, f"pkg:golang/{mod}@{version}")
@@ -175,7 +182,7 @@ def main():
     contains(binary_id, rust_crates(args.cargo_manifest))
     for spec in args.go_binary:
         label, path = spec.split("=", 1)
-        binary, modules = go_modules(label, path)
+        binary, modules = go_modules(label, path, args.version)
         contains(image_id, [binary])
         contains(binary["SPDXID"], modules)
     contains(image_id, list(debian_packages(args.dpkg_status)))

@@ -2,10 +2,11 @@
 # The image's smoke test (`make test-image`): builds the image (or reuses the
 # archive of the same inputs), loads the OCI archive into buildah and runs,
 # as UID 65532 with chroot isolation and the host's network:
-#   setpoint --version, git --version, kubectl version --client, helm version,
-#   and one `setpoint reconcile` (through tini, the image's entrypoint) of an
-#   Application whose Git repository is mounted into the container, against
-#   the local control plane; the ConfigMap it names must then be in the cluster.
+#   setpoint --version, git --version, kustomize version, helm version, and
+#   `setpoint reconcile` (through tini, the image's entrypoint) of
+#   Applications whose Git repository is mounted into the container (a
+#   directory, a kustomization, a Helm chart), against the local control
+#   plane; the ConfigMap each renders must then be in the cluster.
 # Ends with "N passed, 0 failed"; any failure exits non-zero.
 #
 # Environment: as image/build.sh, plus KUBECONFIG and SETPOINT_KUBECTL (the
@@ -48,6 +49,7 @@ sbom="$archive.spdx.json"
 check "SBOM: Debian's git" '"referenceLocator": "pkg:deb/debian/git@' cat "$sbom"
 check "SBOM: the kube crate" '"referenceLocator": "pkg:cargo/kube@' cat "$sbom"
 check "SBOM: helm's Go module" '"referenceLocator": "pkg:golang/helm.sh/helm/v4@' cat "$sbom"
+check "SBOM: kustomize's Go module" '"referenceLocator": "pkg:golang/sigs.k8s.io/kustomize/kustomize/v5@' cat "$sbom"
 check "SBOM: the image digest" "\"referenceLocator\": \"pkg:oci/setpoint@${digest/:/%3A}" cat "$sbom"
 
 work="$(mktemp -d)"
@@ -91,9 +93,8 @@ run_() { # as the image's user, host network, the mounts below
 # The Git repository the Application names, readable by 65532 (git refuses
 # a repository owned by another user), and a kubeconfig with its
 # certificates inline (the local one names files on the host).
-mkdir -p "$work/kube" "$work/src/app"
-mkdir -p "$work/src/app-read-only"
-for dir in app app-read-only; do
+mkdir -p "$work/kube" "$work/src/app" "$work/src/app-read-only" "$work/src/app-kustomize" "$work/src/app-helm/templates"
+for dir in app app-read-only app-kustomize; do
   cat >"$work/src/$dir/configmap.yaml" <<EOF
 apiVersion: v1
 kind: ConfigMap
@@ -103,6 +104,19 @@ data:
   from: the setpoint image
 EOF
 done
+# The image's renderers: kustomize (a kustomization naming the ConfigMap)
+# and helm (a chart whose template takes it from its values).
+echo "resources: [configmap.yaml]" >"$work/src/app-kustomize/kustomization.yaml"
+printf 'apiVersion: v2\nname: smoke\nversion: 0.1.0\n' >"$work/src/app-helm/Chart.yaml"
+echo "from: the setpoint image" >"$work/src/app-helm/values.yaml"
+cat >"$work/src/app-helm/templates/configmap.yaml" <<'EOF'
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: smoke-app-helm
+data:
+  from: {{ .Values.from }}
+EOF
 git -C "$work/src" init --quiet -b main
 git -C "$work/src" -c user.name=smoke -c user.email=smoke@setpoint.invalid add -A
 git -C "$work/src" -c user.name=smoke -c user.email=smoke@setpoint.invalid commit --quiet -m smoke
@@ -117,15 +131,15 @@ check "git --version" "^git version [0-9.]+" run_ git --version
 check "ssh -V (ssh:// repositories)" "OpenSSH_[^ ,]+" run_ ssh -V
 check "the CA bundle for https (git hash-object reads it)" "^[0-9a-f]{40}$" \
   run_ git hash-object /etc/ssl/certs/ca-certificates.crt
-check "kubectl version --client" "Client Version: [^ ]+" run_ kubectl version --client
-check "helm version" 'Version:"v[0-9.]+"' run_ helm version
+check "kustomize version" "^v5\.[0-9]+\.[0-9]+" run_ kustomize version
+check "helm version" 'Version:"v[0-9]+\.[0-9]+\.[0-9]+"' run_ helm version
 check_fails "65532 cannot write to the root filesystem" "cannot mkdir /usr/local/bin/x: Permission denied" \
   run_ git init --quiet /usr/local/bin/x
 
 "$kubectl" apply --server-side --force-conflicts -f "$repo/config/crd/applications.setpoint.dev.yaml" -f "$repo/config/crd/applicationsets.setpoint.dev.yaml" >/dev/null
 "$kubectl" wait --for condition=Established --timeout=60s crd/applications.setpoint.dev >/dev/null
 "$kubectl" create namespace "$ns" >/dev/null
-for dir in app app-read-only; do
+for dir in app app-read-only app-kustomize app-helm; do
   "$kubectl" apply -f - >/dev/null <<EOF
 apiVersion: setpoint.dev/v1alpha1
 kind: Application
@@ -155,6 +169,11 @@ applied() { # APP: the ConfigMap is in the cluster and the status names the comm
 check "setpoint reconcile (through tini, as 65532)" "outcome: applied 1, .*Synced" \
   run_ /usr/bin/tini -s -- /usr/local/bin/setpoint reconcile "$ns/app"
 applied app
+for dir in app-kustomize app-helm; do
+  check "setpoint reconcile of $dir (${dir#app-} in the image)" "outcome: applied 1, .*Synced" \
+    run_ /usr/bin/tini -s -- /usr/local/bin/setpoint reconcile "$ns/$dir"
+  applied "$dir"
+done
 
 # The same with a read-only root filesystem, through the image's own
 # entrypoint, where a runtime here allows it: podman with runc (crun fails on

@@ -1,6 +1,7 @@
 //! Kustomize: `kubectl kustomize <path>` (the kustomize engine built into
-//! kubectl, as Argo CD and Flux use the same library) on a copy of the
-//! repository's tree, so bases anywhere in the repository work. Renders
+//! kubectl, as Argo CD and Flux use the same library), or `kustomize build
+//! <path>` when `SETPOINT_KUBECTL` names a program called `kustomize` (the
+//! image's), on a copy of the repository's tree, so bases anywhere in the repository work. Renders
 //! offline: git may only read the Application's own repository, from
 //! Setpoint's mirror; a remote base on another host fails at once. Before
 //! it runs, `check` walks the kustomizations it would load: no path they
@@ -45,7 +46,7 @@ pub async fn render(
     let invocation = Invocation {
         tool: TOOL,
         program: &settings.kubectl,
-        args: arguments(&dir),
+        args: arguments(&settings.kubectl, &dir),
         dir: root,
         env,
         stdin: vec![],
@@ -63,13 +64,19 @@ pub async fn render(
     )
 }
 
-/// `kubectl kustomize DIR` with files loaded only from within each
-/// kustomization's own directory (kubectl's default, said explicitly so a
-/// changed default cannot widen it), and no plugins, exec functions or helm
-/// (their flags are off by default and never passed).
-fn arguments(dir: &Path) -> Vec<OsString> {
+/// `kubectl kustomize DIR` (or `kustomize build DIR` for a program named
+/// `kustomize`: the same engine, without kubectl) with files loaded only
+/// from within each kustomization's own directory (the default, said
+/// explicitly so a changed default cannot widen it), and no plugins, exec
+/// functions or helm (their flags are off by default and never passed).
+fn arguments(program: &Path, dir: &Path) -> Vec<OsString> {
+    let command = if program.file_name().is_some_and(|name| name == "kustomize") {
+        "build"
+    } else {
+        "kustomize"
+    };
     vec![
-        "kustomize".into(),
+        command.into(),
         "--load-restrictor=LoadRestrictionsRootOnly".into(),
         dir.into(),
     ]
@@ -598,7 +605,8 @@ mod tests {
 
     #[test]
     fn kustomize_runs_with_its_load_restrictor_and_no_plugins() {
-        let args = arguments(Path::new("/tmp/r/repo/app"));
+        let args = arguments(Path::new("kubectl"), Path::new("/tmp/r/repo/app"));
+        assert_eq!(args[0], "kustomize");
         assert!(args.contains(&"--load-restrictor=LoadRestrictionsRootOnly".into()));
         for flag in [
             "--enable-alpha-plugins",
@@ -611,6 +619,24 @@ mod tests {
                 "{flag}"
             );
         }
+    }
+
+    #[test]
+    fn a_kustomize_binary_is_asked_to_build() {
+        for program in ["/usr/local/bin/kustomize", "kustomize"] {
+            let args = arguments(Path::new(program), Path::new("/tmp/r/repo/app"));
+            assert_eq!(
+                args,
+                [
+                    "build",
+                    "--load-restrictor=LoadRestrictionsRootOnly",
+                    "/tmp/r/repo/app"
+                ]
+                .map(OsString::from)
+            );
+        }
+        let kubectl = arguments(Path::new("/opt/kustomize/kubectl"), Path::new("app"));
+        assert_eq!(kubectl[0], "kustomize");
     }
 
     #[test]

@@ -26,7 +26,7 @@ export CARGO_TERM_COLOR ?= never
 RUSTC_VERSION := $(shell rustc --version 2>/dev/null | awk '{print $$2}')
 export CARGO_TARGET_DIR ?= $(SETPOINT_CACHE)/cargo-target-$(RUSTC_VERSION)
 
-PHONY_EXTRA := crd bench bench-large image image-deps image-context image-lock test-image
+PHONY_EXTRA := crd bench bench-large image image-deps image-context image-lock image-renderers image-sizes test-image check-fresh-image
 .PHONY: all build test test-multicluster clusters-up clusters-down test-restart test-ui test-ha screenshot browser-deps rabbitmq-cluster-up rabbitmq-cluster-down unit lint demo bench cluster-build cluster-up cluster-down \
 	rabbitmq-up rabbitmq-down up down fmt helm-build registry-build $(PHONY_EXTRA)
 
@@ -42,7 +42,10 @@ fmt:
 crd:
 	cargo run --quiet -- crd > config/crd/applications.setpoint.dev.yaml
 	cargo run --quiet -- crd --applicationset > config/crd/applicationsets.setpoint.dev.yaml
-	cp config/crd/applications.setpoint.dev.yaml config/crd/applicationsets.setpoint.dev.yaml charts/setpoint/crds/
+	cargo run --quiet -- crd --receiver > config/crd/receivers.setpoint.dev.yaml
+	cargo run --quiet -- crd --provider > config/crd/providers.setpoint.dev.yaml
+	cargo run --quiet -- crd --alert > config/crd/alerts.setpoint.dev.yaml
+	cp config/crd/applications.setpoint.dev.yaml config/crd/applicationsets.setpoint.dev.yaml config/crd/receivers.setpoint.dev.yaml config/crd/providers.setpoint.dev.yaml config/crd/alerts.setpoint.dev.yaml charts/setpoint/crds/
 
 ## The local control plane (see tests/controlplane/cluster.sh).
 cluster-build:
@@ -143,10 +146,12 @@ test-ha: up rabbitmq-cluster-up
 ## The container image (Containerfile; image/build.sh): an OCI archive under
 ## $(CARGO_TARGET_DIR)/image with its SPDX SBOM, built with buildah from
 ## Debian packages (image/packages.txt, pinned in image/debian.lock), the
-## release binary, and the kubectl and helm the tests use. The last line is
-## "<archive> <digest>". No Docker engine, no registry.
+## release binary, and helm and kustomize in one binary at the versions the
+## tests use (image/renderers). The last line is "<archive> <digest>". No
+## Docker engine, no registry.
 IMAGE_SOURCE ?= $(shell git remote get-url origin 2>/dev/null | grep -E '^(https://|git@)' || echo unknown)
-IMAGE_ENV := IMAGE_KUBECTL=$(KUBECTL) IMAGE_HELM=$(HELM) IMAGE_SOURCE=$(IMAGE_SOURCE)
+RENDERERS := $(SETPOINT_CACHE)/renderers-helm-$(HELM_VERSION)-kustomize-$(shell awk '$$1 == "sigs.k8s.io/kustomize/kustomize/v5" {print $$2; exit}' image/renderers/go.mod)/bin/helm
+IMAGE_ENV := IMAGE_RENDERERS=$(RENDERERS) IMAGE_SOURCE=$(IMAGE_SOURCE)
 
 # buildah and mmdebstrap build; podman and runc run the smoke test's
 # read-only root filesystem case.
@@ -158,13 +163,26 @@ image-deps:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
 	    $(IMAGE_DEPS) >/dev/null; }
 
-image: image-deps build cluster-build helm-build
+## helm and kustomize in one binary, from their Go modules (image/renderers/build.sh).
+image-renderers:
+	image/renderers/build.sh >/dev/null
+
+image: image-deps build image-renderers
 	$(IMAGE_ENV) image/build.sh build
 
 ## The Containerfile's build context, for Docker or Podman; prints its directory.
 image-context: image-deps
-	@$(MAKE) --no-print-directory build cluster-build helm-build >&2
+	@$(MAKE) --no-print-directory build image-renderers >&2
 	@$(IMAGE_ENV) image/build.sh context
+
+## What each part of the image unpacks to (the README's table).
+image-sizes: image-deps build image-renderers
+	@$(IMAGE_ENV) image/build.sh sizes
+
+## `make image` as the first command of a fresh clone (image/fresh.sh): a
+## clone of this checkout with empty Cargo, Go-module and Setpoint caches.
+check-fresh-image: image-deps
+	image/fresh.sh
 
 ## Resolve the image's Debian packages anew (a new debian.lock to commit).
 image-lock: image-deps
@@ -172,7 +190,7 @@ image-lock: image-deps
 
 ## The image's smoke test (image/smoke.sh): versions, and one reconcile from
 ## inside the image as UID 65532 against the local control plane.
-test-image: up image-deps build
+test-image: up image-deps build image-renderers
 	$(IMAGE_ENV) image/smoke.sh
 
 ## Benchmarks against the real control plane and RabbitMQ (release build).
@@ -189,6 +207,7 @@ bench: up clusters-up
 	cargo bench --bench preview
 	cargo bench --bench multicluster
 	cargo bench --bench appset
+	cargo bench --bench notify
 	cargo bench --bench compat
 
 ## The fleet benchmark at 10,000 Applications of Flux's MTTP shape

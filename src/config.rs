@@ -342,6 +342,12 @@ pub const SETTINGS: &[Setting] = &[
         "",
     ),
     setting(
+        "gitlab.commitStatuses",
+        "SETPOINT_GITLAB_COMMIT_STATUSES",
+        Kind::Flag,
+        "true",
+    ),
+    setting(
         "previews.concurrency",
         "SETPOINT_PREVIEW_CONCURRENCY",
         Kind::Count { min: 1, max: 64 },

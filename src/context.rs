@@ -18,7 +18,7 @@ use tower::util::MapRequestLayer;
 use crate::api::Application;
 use crate::cluster::{Cluster, Registry};
 use crate::metrics::Metrics;
-use crate::report::github::CommitStatuses;
+use crate::report::CommitStatuses;
 use crate::source::chart::{ChartSettings, ChartSource};
 use crate::source::git::{Credentials, GitSource};
 use crate::source::render::{RenderSettings, Renderers};
@@ -46,9 +46,10 @@ pub struct Inner {
     /// Secret: `SETPOINT_GIT_USERNAME` and `SETPOINT_GIT_PASSWORD` (or
     /// `SETPOINT_GIT_PASSWORD_FILE`).
     pub git_credentials: Option<Credentials>,
-    /// Commit statuses on GitHub for the syncs of new revisions, when a
-    /// token is configured (`SETPOINT_GITHUB_TOKEN`).
-    pub commit_statuses: Option<CommitStatuses>,
+    /// Commit statuses on GitHub and GitLab for the syncs of new revisions,
+    /// each when its token is configured (`SETPOINT_GITHUB_TOKEN`,
+    /// `SETPOINT_GITLAB_API_TOKEN`).
+    pub commit_statuses: CommitStatuses,
     /// Admin namespaces, default service account, where sources may come
     /// from.
     pub tenancy: Tenancy,
@@ -60,6 +61,9 @@ pub struct Inner {
     written: std::sync::Mutex<std::collections::HashMap<(String, String), u64>>,
     /// Pull request previews: settings, and where they are posted.
     previews: OnceLock<crate::preview::Previews>,
+    /// Notifications out: the Alerts and Providers, where the tap
+    /// publishes and what delivery needs (when this process set one up).
+    notifier: OnceLock<crate::notify::Notifier>,
     /// Each Application's custom health rules (`spec.healthChecks` over the
     /// configuration's), compiled once per generation.
     pub health_rules: crate::reconcile::health::RuleCache,
@@ -75,7 +79,7 @@ impl std::ops::Deref for Context {
 impl Context {
     /// A context whose client counts every request it sends.
     pub fn new(config: Config, cache_dir: PathBuf, tenancy: Tenancy) -> Result<Self, kube::Error> {
-        Self::with_commit_statuses(config, cache_dir, tenancy, None)
+        Self::with_commit_statuses(config, cache_dir, tenancy, CommitStatuses::default())
     }
 
     /// The same, posting commit statuses through `commit_statuses`.
@@ -83,7 +87,7 @@ impl Context {
         config: Config,
         cache_dir: PathBuf,
         tenancy: Tenancy,
-        commit_statuses: Option<CommitStatuses>,
+        commit_statuses: CommitStatuses,
     ) -> Result<Self, kube::Error> {
         let metrics = Metrics::new();
         let requests = RequestCounter::from_metrics(&metrics);
@@ -122,6 +126,7 @@ impl Context {
             applications: OnceLock::new(),
             written: Default::default(),
             previews: OnceLock::new(),
+            notifier: OnceLock::new(),
             health_rules: Default::default(),
         })))
     }
@@ -134,6 +139,16 @@ impl Context {
     /// Sets the previews' settings and clients (once, at start).
     pub fn set_previews(&self, previews: crate::preview::Previews) {
         let _ = self.previews.set(previews);
+    }
+
+    /// Sets the notifier (once, at start).
+    pub fn set_notifier(&self, notifier: crate::notify::Notifier) {
+        let _ = self.notifier.set(notifier);
+    }
+
+    /// The notifier, when this process has one.
+    pub fn notifier(&self) -> Option<&crate::notify::Notifier> {
+        self.notifier.get()
     }
 
     /// The previews' settings and clients (defaults until set).

@@ -91,11 +91,28 @@ pub enum Cause {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         version: Option<String>,
     },
+    /// A Receiver was called (`POST /api/webhooks/receivers/…`): a
+    /// registry announced a push of `repository` (`host/path`) at `tag`, or
+    /// a CI job asked (`generic`, neither set). The event's `freshSince`
+    /// also bounds the chart listing, so the new version is seen at once.
+    Receiver {
+        /// `namespace/name` of the Receiver.
+        receiver: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        repository: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tag: Option<String>,
+    },
     /// A pull (merge) request was opened or pushed to: preview what its
     /// head would change, as a comment, without touching the cluster. The
     /// event's `app` is the pull request's key ([`PullRequest::key`]), not
     /// an Application: previews have their own slots and permits.
     Preview(Box<PullRequest>),
+    /// One Alert's notification of what happened to an Application, for
+    /// its Provider (`src/notify/`). The event's `app` is
+    /// [`Notification::key`](crate::notify::Notification::key) and its id
+    /// the notification's: notifications have their own slots and permits.
+    Notify(Box<crate::notify::Notification>),
     /// An ApplicationSet to evaluate again: a push to a repository one of
     /// its git generators reads, a pull request event of a repository its
     /// pull request generator lists, a cluster Secret, its spec, the sweep.
@@ -204,7 +221,9 @@ impl Cause {
             Cause::Requeue => "requeue",
             Cause::DependencyChanged { .. } => "dependency",
             Cause::Chart { .. } => "chart",
+            Cause::Receiver { .. } => "receiver",
             Cause::Preview(_) => "preview",
+            Cause::Notify(_) => "notify",
             Cause::AppSet {
                 refresh_only: true, ..
             } => "appset-refresh",

@@ -18,6 +18,7 @@ pub mod ingest;
 pub mod logging;
 pub mod manifest;
 pub mod metrics;
+pub mod notify;
 pub mod preview;
 pub mod queue;
 pub mod reconcile;

@@ -54,6 +54,16 @@ pub struct PreviewLabels {
     pub outcome: String,
 }
 
+/// A notification's Provider (`namespace/name`) and what became of one
+/// delivery: `sent`, `failed` (retried with backoff), `parked` (its last
+/// attempt failed), `dropped` (no such Provider or Secret, or suspended),
+/// `duplicate` (delivered before), `unpublished` (the queue refused it).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NotifyLabels {
+    pub provider: String,
+    pub outcome: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct KindLabels {
     pub group: String,
@@ -108,6 +118,8 @@ pub struct Inner {
     pub commit_status_failures: Counter,
     pub previews: Family<PreviewLabels, Counter>,
     pub preview_seconds: Histogram,
+    pub notifications: Family<NotifyLabels, Counter>,
+    pub notify_seconds: Histogram,
     pub cluster_reachable: Family<ClusterLabels, Gauge>,
     pub live_objects_cached: Family<ClusterLabels, Gauge>,
     pub appset_evaluations: Family<AppSetLabels, Counter>,
@@ -288,6 +300,18 @@ impl Metrics {
             "Duration of one pull request preview, from the event to the comment posted",
             preview_seconds.clone(),
         );
+        let notifications = Family::<NotifyLabels, Counter>::default();
+        registry.register(
+            "notifications",
+            "Notification deliveries by Provider and outcome: sent, failed (retried), parked (last attempt failed), dropped (no Provider or Secret, or suspended), duplicate (delivered before), unpublished",
+            notifications.clone(),
+        );
+        let notify_seconds = seconds_buckets();
+        registry.register(
+            "notification_latency_seconds",
+            "From the event's publish to the Provider's answer, for the notifications sent",
+            notify_seconds.clone(),
+        );
         let cluster_reachable = Family::<ClusterLabels, Gauge>::default();
         registry.register(
             "cluster_reachable",
@@ -333,6 +357,8 @@ impl Metrics {
             commit_status_failures,
             previews,
             preview_seconds,
+            notifications,
+            notify_seconds,
             cluster_reachable,
             live_objects_cached,
             appset_evaluations,

@@ -192,10 +192,11 @@ pub struct ServeOptions {
     #[arg(long, env = "SETPOINT_GITHUB_REDELIVERY_INTERVAL", default_value = "5m", value_parser = parse_duration)]
     pub github_redelivery_interval: Duration,
     /// The GitLab REST API (`https://HOST/api/v4` for a self-managed one),
-    /// where merge request previews are posted.
+    /// where merge request previews and commit statuses are posted.
     #[arg(long, env = "SETPOINT_GITLAB_API_URL", default_value = crate::preview::gitlab::DEFAULT_API_URL)]
     pub gitlab_api_url: String,
-    /// A GitLab token that writes merge request notes (`api` scope).
+    /// A GitLab token that writes merge request notes and commit statuses
+    /// (`api` scope).
     #[arg(long, env = "SETPOINT_GITLAB_API_TOKEN", hide_env_values = true)]
     pub gitlab_api_token: Option<Secret>,
     /// A file holding that token.
@@ -205,10 +206,18 @@ pub struct ServeOptions {
         conflicts_with = "gitlab_api_token"
     )]
     pub gitlab_api_token_file: Option<PathBuf>,
+    /// Post `running`, then `success`/`failed` on each synced commit of a
+    /// project on that GitLab (workers; needs its token).
+    #[arg(long, env = "SETPOINT_GITLAB_COMMIT_STATUSES", default_value_t = true, action = clap::ArgAction::Set)]
+    pub gitlab_commit_statuses: bool,
     /// Pull request previews at once in each worker, apart from the
     /// reconciles (`--concurrency`), so previews never delay a sync.
     #[arg(long, env = "SETPOINT_PREVIEW_CONCURRENCY", default_value_t = 2)]
     pub preview_concurrency: usize,
+    /// Notification deliveries at once in each worker (over every
+    /// Provider; at most 4 to one), apart from reconciles and previews.
+    #[arg(long, env = "SETPOINT_NOTIFY_CONCURRENCY", default_value_t = 8)]
+    pub notify_concurrency: usize,
     /// Preview pull requests whose head is in a fork too (rendered in the
     /// same sandbox as any render).
     #[arg(long, env = "SETPOINT_PREVIEW_FORKS", default_value_t = false, action = clap::ArgAction::Set)]
@@ -274,19 +283,23 @@ fn github_settings(options: &ServeOptions) -> anyhow::Result<Option<GitHubSettin
     }))
 }
 
-/// The previews' settings, and where they can be posted (a token each).
-fn previews(
-    options: &ServeOptions,
-    github: Option<&GitHubSettings>,
-) -> anyhow::Result<crate::preview::Previews> {
-    let gitlab_token = secrets(
+/// The GitLab API token, when one is configured.
+fn gitlab_token(options: &ServeOptions) -> anyhow::Result<Option<String>> {
+    Ok(secrets(
         options.gitlab_api_token.as_slice(),
         options.gitlab_api_token_file.as_slice(),
     )?
     .into_iter()
     .next()
-    .filter(|token| !token.is_empty());
-    let gitlab = match gitlab_token {
+    .filter(|token| !token.is_empty()))
+}
+
+/// The previews' settings, and where they can be posted (a token each).
+fn previews(
+    options: &ServeOptions,
+    github: Option<&GitHubSettings>,
+) -> anyhow::Result<crate::preview::Previews> {
+    let gitlab = match gitlab_token(options)? {
         Some(token) => Some(crate::preview::gitlab::Notes::new(
             &options.gitlab_api_url,
             &token,
@@ -315,12 +328,24 @@ pub async fn serve(
     tracing::info!(admins = ?tenancy.admins, allow_local = tenancy.allow_local, "tenancy");
     let watch_client = live_watch::client(config.clone())?;
     let github = github_settings(&options)?;
-    let commit_statuses = match &github {
+    let github_statuses = match &github {
         Some(settings) if roles.worker && options.github_commit_statuses => {
             tracing::info!(api = %settings.api_url, "posting commit statuses on GitHub");
             Some(CommitStatuses::new(settings)?)
         }
         _ => None,
+    };
+    let gitlab_statuses = match gitlab_token(&options)? {
+        Some(token) if roles.worker && options.gitlab_commit_statuses => {
+            let client = crate::report::gitlab::Client::new(&options.gitlab_api_url, &token)?;
+            tracing::info!(api = %client.api_url(), "posting commit statuses on GitLab");
+            Some(crate::report::gitlab::CommitStatuses::new(client)?)
+        }
+        _ => None,
+    };
+    let commit_statuses = crate::report::CommitStatuses {
+        github: github_statuses,
+        gitlab: gitlab_statuses,
     };
     // Custom health rules (`health.checks`): a broken expression stops here.
     let health_checks = crate::reconcile::health::configure_from_env()?;
@@ -441,6 +466,50 @@ pub async fn serve(
                 .run(watch_client.clone(), options.cluster_namespace.clone()),
         );
     }
+    if roles.worker {
+        // Notifications: the Alerts and Providers of the namespaces handled,
+        // and the record of those delivered (shared on RabbitMQ).
+        let (alerts, alert_writer) = reflector::store::<crate::api::Alert>();
+        let (providers, provider_writer) = reflector::store::<crate::api::Provider>();
+        let scope = live_watch::Scope::new(&options.watch_namespaces);
+        let namespace = scope.single().map(str::to_string);
+        tasks.spawn(crate::notify::watch::run(
+            watch_client.clone(),
+            namespace.clone(),
+            alert_writer,
+        ));
+        tasks.spawn(crate::notify::watch::run(
+            watch_client.clone(),
+            namespace,
+            provider_writer,
+        ));
+        let sent: Arc<dyn crate::notify::sent::Sent> = match &amqp_url {
+            Some(url) => Arc::new(crate::notify::sent::AmqpSent::new(
+                url.clone(),
+                &options.amqp_prefix,
+            )),
+            None => Arc::new(crate::notify::sent::FileSent::new(
+                cache_dir.join("notify-sent"),
+            )?),
+        };
+        ctx.set_notifier(crate::notify::Notifier::new(
+            crate::notify::tap::NotifierParts {
+                client: ctx.client.clone(),
+                alerts,
+                providers,
+                queue: queue.clone(),
+                sent,
+                metrics: ctx.metrics.clone(),
+                settings: crate::notify::tap::NotifySettings {
+                    concurrency: options.notify_concurrency.max(1),
+                    max_attempts: options.max_attempts,
+                    github_api_url: options.github_api_url.clone(),
+                    gitlab_api_url: options.gitlab_api_url.clone(),
+                    ..Default::default()
+                },
+            },
+        ));
+    }
     if needs_index {
         let scope = live_watch::Scope::new(&options.watch_namespaces);
         let namespace = scope.single().map(str::to_string);
@@ -552,14 +621,25 @@ pub async fn serve(
                 settings.replay_window,
             )?),
         };
+        let read_timeout = settings.read_timeout;
         let state = webhook::WebhookState::new(settings, queue.clone(), routes)
             .with_seen(seen)
             .with_metrics(ctx.metrics.clone())
             .with_recent(deliveries.clone());
+        // Receivers (`/api/webhooks/receivers/…`), beside the Git webhooks.
+        let receivers = crate::ingest::receiver::ReceiverState::new(
+            crate::ingest::receiver::ReceiverSettings::from_env(read_timeout),
+            queue.clone(),
+            store.clone(),
+            ctx.client.clone(),
+            &state,
+        );
+        tasks.spawn(receivers.watch(live_watch::Scope::new(&options.watch_namespaces)));
         let server = actix_web::HttpServer::new(move || {
-            let state = state.clone();
+            let (state, receivers) = (state.clone(), receivers.clone());
             actix_web::App::new()
                 .configure(move |cfg| webhook::configure(cfg, state.clone()))
+                .configure(move |cfg| crate::ingest::receiver::configure(cfg, receivers.clone()))
                 .route("/healthz", actix_web::web::get().to(|| async { "ok" }))
         })
         .workers(2)

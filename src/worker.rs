@@ -13,6 +13,8 @@
 //!   (`preview_concurrency`), so they never hold back a reconcile; a burst
 //!   of pushes to one pull request is covered by one preview of its newest
 //!   head.
+//! - Notifications (`Cause::Notify`) go to `notify::dispatch`: slots per
+//!   Provider and permits of their own, apart from both.
 //! - A re-check a progressing reconcile asked for is skipped when a later
 //!   reconcile of the Application already left nothing progressing
 //!   ([`recheck`]).
@@ -73,6 +75,9 @@ struct Slot {
     /// The latest `fresh_since` of the batch (`u64::MAX`: an event without
     /// one, so fetch).
     fresh_since: u64,
+    /// The latest `fresh_since` of the batch's Receiver events (0: none),
+    /// which the chart listing must meet too.
+    chart_fresh_since: u64,
     manual: bool,
 }
 
@@ -93,6 +98,8 @@ struct Shared {
     previewed: Mutex<HashMap<AppKey, String>>,
     /// The re-checks scheduled and published, and what answered them.
     rechecks: Mutex<recheck::Rechecks>,
+    /// Notifications, with their own slots (per Provider) and permits.
+    notify: Arc<crate::notify::dispatch::Dispatcher>,
     id: String,
     record: Option<Mutex<std::fs::File>>,
     /// Set on shutdown: reconciles not yet started give their deliveries back.
@@ -116,8 +123,10 @@ pub async fn run(
         )),
         None => None,
     };
+    let notify = crate::notify::dispatch::Dispatcher::new(ctx.notifier().cloned());
     let shared = Arc::new(Shared {
         ctx,
+        notify,
         queue: queue.clone(),
         permits: Semaphore::new(settings.concurrency.max(1)),
         preview_permits: Semaphore::new(settings.preview_concurrency.max(1)),
@@ -169,6 +178,7 @@ pub async fn run(
             .drain()
             .flat_map(|(_, waiting)| waiting),
     );
+    waiting.extend(shared.notify.stop());
     for delivery in waiting {
         let _ = delivery.requeue().await;
     }
@@ -182,6 +192,9 @@ type Task = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'sta
 fn accept(shared: &Arc<Shared>, delivery: Delivery) -> Option<Task> {
     if matches!(delivery.event.cause, Cause::Preview(_)) {
         return accept_preview(shared, delivery);
+    }
+    if matches!(delivery.event.cause, Cause::Notify(_)) {
+        return shared.notify.accept(delivery);
     }
     let app = delivery.event.app.clone();
     let mut slots = shared.slots.lock().expect("slots lock");
@@ -313,6 +326,11 @@ fn absorb(slot: &mut Slot, event: &Event) {
     }
     slot.manual |= matches!(event.cause, Cause::Manual);
     slot.fresh_since = slot.fresh_since.max(event.fresh_since.unwrap_or(u64::MAX));
+    if matches!(event.cause, Cause::Receiver { .. }) {
+        slot.chart_fresh_since = slot
+            .chart_fresh_since
+            .max(event.fresh_since.unwrap_or_default());
+    }
 }
 
 /// The bound a batch's reconcile resolves its revision under.
@@ -484,8 +502,11 @@ async fn reconcile_in_span(shared: &Shared, app: &AppKey, batch: &Slot) -> Settl
         dry_run: false,
         known_commit: batch.revision.clone(),
         fresh_since: fresh_since(batch),
+        chart_fresh_since: (batch.chart_fresh_since > 0)
+            .then(|| std::time::UNIX_EPOCH + Duration::from_millis(batch.chart_fresh_since)),
         changed_input: changed_input(batch),
         dry_run_creates: false,
+        event_id: batch.waiting.first().map(|d| d.event.id.clone()),
     };
     shared.record_line("start", app);
     let started = std::time::Instant::now();

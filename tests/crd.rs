@@ -23,6 +23,40 @@ fn committed_applicationset_crds_match_the_types() {
 }
 
 #[test]
+fn committed_receiver_crds_match_the_types() {
+    let generated = setpoint::cli::receiver_crd_yaml();
+    for path in [
+        "config/crd/receivers.setpoint.dev.yaml",
+        "charts/setpoint/crds/receivers.setpoint.dev.yaml",
+    ] {
+        let full = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(path);
+        let committed = std::fs::read_to_string(&full).unwrap_or_default();
+        assert!(
+            committed == generated,
+            "{path} is stale: run `make crd` and commit it"
+        );
+    }
+}
+
+#[test]
+fn committed_notification_crds_match_the_types() {
+    for (generated, plural) in [
+        (setpoint::cli::provider_crd_yaml(), "providers"),
+        (setpoint::cli::alert_crd_yaml(), "alerts"),
+    ] {
+        for dir in ["config/crd", "charts/setpoint/crds"] {
+            let path = format!("{dir}/{plural}.setpoint.dev.yaml");
+            let full = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(&path);
+            let committed = std::fs::read_to_string(&full).unwrap_or_default();
+            assert!(
+                committed == generated,
+                "{path} is stale: run `make crd` and commit it"
+            );
+        }
+    }
+}
+
+#[test]
 fn committed_crds_match_the_types() {
     let generated = setpoint::cli::crd_yaml();
     for path in [
@@ -69,7 +103,13 @@ fn the_crd_uses_only_integer_formats_kubernetes_knows() {
 /// of this test's own: an update would only warn of newly added formats).
 #[test]
 fn the_committed_crds_are_created_without_a_warning_from_the_api_server() {
-    for plural in ["applications", "applicationsets"] {
+    for plural in [
+        "applications",
+        "applicationsets",
+        "receivers",
+        "providers",
+        "alerts",
+    ] {
         created_without_a_warning(plural);
     }
 }

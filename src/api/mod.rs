@@ -6,10 +6,14 @@
 
 mod appset;
 mod conditions;
+mod notify;
+mod receiver;
 mod sync_run;
 
 pub use appset::*;
 pub use conditions::{Condition, ConditionStatus, ConditionType, set_condition};
+pub use notify::*;
+pub use receiver::*;
 pub use sync_run::{HookPhase, HookRecord, HookState, RunPhase, SyncRun, WaveRecord};
 
 use kube::CustomResource;

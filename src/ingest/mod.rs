@@ -3,6 +3,7 @@
 //! `sweep` (every Application, slowly, in case an event was missed).
 
 pub mod dependents;
+pub mod receiver;
 pub mod sweep;
 pub mod watch;
 pub mod webhook;

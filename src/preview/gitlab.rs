@@ -310,7 +310,7 @@ impl Notes {
 use crate::report::github::fake as github;
 #[cfg(test)]
 #[path = "../../tests/support/gitlab.rs"]
-mod fake;
+pub(crate) mod fake;
 
 #[cfg(test)]
 mod tests {

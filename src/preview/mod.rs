@@ -215,6 +215,9 @@ async fn preview(ctx: &Context, pull: &PullRequest) -> Result<Report, PreviewErr
     if !posted {
         tracing::warn!(pull = %pull.key(), provider = %pull.provider, "no API token for this Git host: the preview is not posted");
     }
+    if posted {
+        previews_posted(ctx, pull, &apps, &results).await;
+    }
     Ok(Report {
         changed_files: changed.len(),
         previews: results,
@@ -222,6 +225,42 @@ async fn preview(ctx: &Context, pull: &PullRequest) -> Result<Report, PreviewErr
         posted,
         skipped: None,
     })
+}
+
+/// `PreviewPosted` on each previewed Application (an Event, and the
+/// notifications of the Alerts that select it), once per head.
+async fn previews_posted(
+    ctx: &Context,
+    pull: &PullRequest,
+    apps: &[Application],
+    results: &[AppPreview],
+) {
+    let source = format!("{}@{}", pull.key(), pull.head_sha);
+    for result in results {
+        let Some(app) = apps.iter().find(|a| crate::ingest::key_of(a) == result.app) else {
+            continue;
+        };
+        let what = match &result.result {
+            Ok(changes) if changes.is_empty() => "no change".to_string(),
+            Ok(changes) => format!(
+                "{} to create, {} to update, {} to prune",
+                changes.creates.len(),
+                changes.updates.len(),
+                changes.prunes.len()
+            ),
+            Err(failure) => format!("{}: {}", failure.reason, failure.message),
+        };
+        let tap = ctx.notifier().map(|n| n.tap(app, Some(&source)));
+        let events =
+            crate::report::events::Events::new(ctx.client.clone(), ctx.reporter.clone(), app)
+                .with_tap(tap);
+        let note = format!(
+            "preview of pull request #{} (head {}) posted: {what}",
+            pull.number,
+            &pull.head_sha[..pull.head_sha.len().min(7)]
+        );
+        events.normal("PreviewPosted", "Preview", note).await;
+    }
 }
 
 /// The Applications named, from the watch's store when this process has

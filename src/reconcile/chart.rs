@@ -58,6 +58,7 @@ pub(super) async fn render(
             range: source.target_revision.as_deref(),
             auth: auth.as_ref(),
             known_version: request.known_commit.as_deref(),
+            fresh_since: request.chart_fresh_since,
         })
         .await?;
     *revision_out = Some(resolved.revision.clone());

@@ -1,37 +1,76 @@
 //! Commit statuses for a reconcile: `pending` when the sync of a new
 //! revision starts, its ending when the reconcile ends (the decision is
-//! `report::sync_status`, pure; this is the glue to the reconcile).
+//! `report::sync_status`, pure; this is the glue to the reconcile), on
+//! GitHub or GitLab, whichever host the Application's repository is on.
 
 use crate::api::{Application, ConditionStatus, ConditionType, RunPhase};
 use crate::context::Context;
 use crate::report::events::error_chain;
-use crate::report::github::{CommitStatuses, State};
-use crate::report::sync_status;
+use crate::report::github::{self, State};
+use crate::report::{gitlab, sync_status};
 
 use super::status::short;
 use super::{Outcome, ReconcileError, Request};
 
+/// The service that posts `app`'s commit statuses: the configured host
+/// its repository is on.
+enum Poster<'a> {
+    GitHub(&'a github::CommitStatuses),
+    GitLab(&'a gitlab::CommitStatuses),
+}
+
+impl Poster<'_> {
+    /// Posts `state` in the background; never fails the sync.
+    fn post(&self, app: &Application, revision: &str, state: State, description: &str) {
+        match self {
+            Poster::GitHub(statuses) => {
+                sync_status::post(statuses, app, revision, state, description);
+            }
+            Poster::GitLab(statuses) => {
+                match statuses.status_for(app, revision, state.into(), description) {
+                    Ok(status) => statuses.spawn_post(status),
+                    Err(error) => tracing::debug!(%error, "no commit status"),
+                }
+            }
+        }
+    }
+}
+
 /// Whether this sync of `revision` gets commit statuses (see
-/// `report::sync_status`), and the service that posts them.
+/// `report::sync_status`), and the service that posts them. GitHub is asked
+/// first: a repository on neither host gets none.
 fn commit_statuses<'a>(
     ctx: &'a Context,
     app: &Application,
     request: &Request,
     revision: &str,
-) -> Option<&'a CommitStatuses> {
-    let statuses = ctx.commit_statuses.as_ref()?;
+) -> Option<Poster<'a>> {
+    let statuses = &ctx.commit_statuses;
+    let repo_url = &app.spec.source.repo_url;
+    let github = statuses
+        .github
+        .as_ref()
+        .filter(|github| github::github_repo(repo_url, github.api_url()).is_some())
+        .map(Poster::GitHub);
+    let poster = github.or_else(|| {
+        statuses
+            .gitlab
+            .as_ref()
+            .filter(|gitlab| gitlab.serves(app))
+            .map(Poster::GitLab)
+    })?;
     let sight = sync_status::Sight {
         revision,
         announced: request.known_commit.as_deref(),
         manual: request.manual,
     };
-    sync_status::announces(app, sight).then_some(statuses)
+    sync_status::announces(app, sight).then_some(poster)
 }
 
 pub(super) fn pending(ctx: &Context, app: &Application, request: &Request, revision: &str) {
-    if let Some(statuses) = commit_statuses(ctx, app, request, revision) {
+    if let Some(poster) = commit_statuses(ctx, app, request, revision) {
         let description = format!("Syncing {}", short(Some(revision)));
-        sync_status::post(statuses, app, revision, State::Pending, &description);
+        poster.post(app, revision, State::Pending, &description);
     }
 }
 
@@ -45,7 +84,7 @@ pub(super) fn ending(
     result: &Result<Outcome, ReconcileError>,
 ) {
     let Some(revision) = revision else { return };
-    let Some(statuses) = commit_statuses(ctx, app, request, revision) else {
+    let Some(poster) = commit_statuses(ctx, app, request, revision) else {
         return;
     };
     let message;
@@ -97,5 +136,5 @@ pub(super) fn ending(
         }
     };
     let (state, description) = sync_status::ending(ended);
-    sync_status::post(statuses, app, revision, state, &description);
+    poster.post(app, revision, state, &description);
 }

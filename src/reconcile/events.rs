@@ -1,8 +1,8 @@
 //! What a reconcile tells about itself besides its status: Kubernetes
-//! Events (synced, drift corrected, pruned, drift detected) and the drift
-//! metrics.
+//! Events (synced, drift corrected, pruned, drift detected, health
+//! degraded or recovered) and the drift metrics.
 
-use crate::api::{ApplicationStatus, Sync};
+use crate::api::{ApplicationStatus, Health, Sync};
 use crate::context::Context;
 use crate::manifest::ObjectId;
 use crate::report::events::Events;
@@ -66,20 +66,37 @@ pub(super) async fn report_applied(
                 drift,
             } => {
                 let fields: Vec<String> = drift.iter().map(|d| d.to_string()).collect();
+                // The same, field by field, for the notifications.
+                let changes: Vec<crate::notify::Change> = drift
+                    .iter()
+                    .map(|d| crate::notify::Change {
+                        object: step.id.to_string(),
+                        field: d.path.clone(),
+                        from: super::plan::shown(d.live.as_ref()),
+                        to: super::plan::shown(d.desired.as_ref()),
+                        by: d.manager.clone(),
+                    })
+                    .collect();
                 events
-                    .normal(
+                    .changed(
                         "DriftCorrected",
                         "Apply",
                         format!("{}: {}", step.id, fields.join(", ")),
+                        &changes,
                     )
                     .await;
             }
             Action::Create { deleted_live: true } => {
+                let recreated = crate::notify::Change {
+                    object: step.id.to_string(),
+                    ..Default::default()
+                };
                 events
-                    .normal(
+                    .changed(
                         "DriftCorrected",
                         "Apply",
                         format!("{}: recreated (it was deleted outside Setpoint)", step.id),
+                        &[recreated],
                     )
                     .await;
             }
@@ -147,5 +164,54 @@ pub(super) async fn report_drift_detected(
         events
             .warning("DriftDetected", "Compare", drifted.join("; "))
             .await;
+    }
+}
+
+/// HealthDegraded (a Warning) when the Application turned Degraded, naming
+/// the degraded objects; HealthRecovered when it is Healthy again after
+/// being Degraded. Nothing on the first status.
+pub(super) async fn report_health_change(
+    events: &Events,
+    previous: Option<&ApplicationStatus>,
+    status: &ApplicationStatus,
+) {
+    let Some(before) = previous.map(|s| s.health.status) else {
+        return;
+    };
+    match (before, status.health.status) {
+        (Health::Degraded, Health::Degraded) => {}
+        (_, Health::Degraded) => {
+            let degraded: Vec<String> = status
+                .resources
+                .iter()
+                .filter(|r| r.health == Health::Degraded)
+                .map(|r| match &r.message {
+                    Some(message) => format!("{} {}: {message}", r.kind, r.name),
+                    None => format!("{} {}", r.kind, r.name),
+                })
+                .collect();
+            let note = if degraded.is_empty() {
+                status.health.message.clone().unwrap_or_default()
+            } else {
+                degraded.join("; ")
+            };
+            events
+                .warning(
+                    "HealthDegraded",
+                    "Health",
+                    format!("{before:?} → Degraded: {note}"),
+                )
+                .await;
+        }
+        (Health::Degraded, Health::Healthy) => {
+            events
+                .normal(
+                    "HealthRecovered",
+                    "Health",
+                    "Degraded → Healthy: every object is healthy again".into(),
+                )
+                .await;
+        }
+        _ => {}
     }
 }

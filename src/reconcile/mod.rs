@@ -177,12 +177,18 @@ pub struct Request {
     /// Without `known_commit`: a fetch that started at or after this moment
     /// is recent enough (see `CheckoutRequest::fresh_since`).
     pub fresh_since: Option<std::time::SystemTime>,
+    /// A registry announced a push of the chart (a Receiver): a chart
+    /// listing fetched before this moment is not served.
+    pub chart_fresh_since: Option<std::time::SystemTime>,
     /// The changed file that routed a push here (`Cause::Webhook`'s input),
     /// named in the `Synced` Event.
     pub changed_input: Option<String>,
     /// With `dry_run`: also dry-run the objects to create (a preview), so a
     /// rejection or a forbidden create is found without writing anything.
     pub dry_run_creates: bool,
+    /// The queue event this reconcile covers: the ids of the notifications
+    /// its Events cause derive from it.
+    pub event_id: Option<String>,
 }
 
 /// What one reconcile found and did.
@@ -287,7 +293,11 @@ pub async fn reconcile(
     request: &Request,
 ) -> Result<Outcome, ReconcileError> {
     let started = Instant::now();
-    let events = Events::new(ctx.client.clone(), ctx.reporter.clone(), app);
+    let tap = ctx
+        .notifier()
+        .filter(|_| !request.dry_run)
+        .map(|notifier| notifier.tap(app, request.event_id.as_deref()));
+    let events = Events::new(ctx.client.clone(), ctx.reporter.clone(), app).with_tap(tap);
     if finalize::pending(app) && !request.dry_run {
         let pruned = finalize::finalize(ctx, app).await?;
         return Ok(Outcome {
@@ -365,7 +375,11 @@ pub async fn reconcile(
                 .await
                 .is_ok_and(|(_, written)| written)
             {
-                events.warning(&reason, "Reconcile", message).await;
+                if let Some(revision) = &revision {
+                    events.at_revision(revision);
+                }
+                let stalled = !error.is_transient();
+                events.failed(&reason, "Reconcile", message, stalled).await;
             }
             Err(error)
         }
@@ -557,6 +571,7 @@ async fn sync_rendered(
     let Target {
         cluster, client, ..
     } = target;
+    events.at_revision(&revision);
     let client = client.clone();
     // Live state from the watches, but for a plan shown rather than
     // applied (`setpoint diff`, previews), which reads the API server.
@@ -862,6 +877,7 @@ async fn sync_rendered(
     let (new_status, status_written) = written?;
     events::count_drift_corrections(ctx, &cluster.name, &plan, &applied);
     events::report_drift_detected(events, previous, &new_status).await;
+    events::report_health_change(events, previous, &new_status).await;
     let requeue_after = (waiting
         || matches!(
             new_status.health.status,

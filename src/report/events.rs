@@ -2,6 +2,10 @@
 //! corrected (field, old → new, who changed it), objects pruned, errors with
 //! their whole chain. Only emitted when something happened, so an in-sync
 //! reconcile writes no Event.
+//!
+//! An `Events` given a tap (`notify::Tap`) also hands each Event to the
+//! Alerts that select it: the notifications are fed from here, as Flux's
+//! alerts are fed by its controllers' events.
 
 use kube::Resource;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
@@ -14,6 +18,7 @@ const NOTE_LIMIT: usize = 1000;
 pub struct Events {
     recorder: Recorder,
     reference: k8s_openapi::api::core::v1::ObjectReference,
+    tap: Option<crate::notify::Tap>,
 }
 
 impl Events {
@@ -30,28 +35,82 @@ impl Events {
         Self {
             recorder: Recorder::new(client, reporter),
             reference,
+            tap: None,
+        }
+    }
+
+    /// Also hands every Event to the notifications' tap.
+    pub fn with_tap(mut self, tap: Option<crate::notify::Tap>) -> Self {
+        self.tap = tap;
+        self
+    }
+
+    /// The revision the reconcile resolved, which notifications name.
+    pub fn at_revision(&self, revision: &str) {
+        if let Some(tap) = &self.tap {
+            tap.at_revision(revision);
         }
     }
 
     pub async fn normal(&self, reason: &str, action: &str, note: String) {
-        self.publish(EventType::Normal, reason, action, note).await;
+        self.publish(EventType::Normal, reason, action, note, false, &[])
+            .await;
     }
 
     pub async fn warning(&self, reason: &str, action: &str, note: String) {
-        self.publish(EventType::Warning, reason, action, note).await;
+        self.publish(EventType::Warning, reason, action, note, false, &[])
+            .await;
     }
 
-    async fn publish(&self, type_: EventType, reason: &str, action: &str, note: String) {
+    /// A Normal Event with the fields a drift correction set back, which
+    /// the notifications list one by one.
+    pub async fn changed(
+        &self,
+        reason: &str,
+        action: &str,
+        note: String,
+        changes: &[crate::notify::Change],
+    ) {
+        self.publish(EventType::Normal, reason, action, note, false, changes)
+            .await;
+    }
+
+    /// A failed reconcile's Warning: `stalled` when it waits for a change
+    /// (its Stalled condition), else it is retried.
+    pub async fn failed(&self, reason: &str, action: &str, note: String, stalled: bool) {
+        self.publish(EventType::Warning, reason, action, note, stalled, &[])
+            .await;
+    }
+
+    async fn publish(
+        &self,
+        type_: EventType,
+        reason: &str,
+        action: &str,
+        note: String,
+        stalled: bool,
+        changes: &[crate::notify::Change],
+    ) {
+        let note = truncate(&note, NOTE_LIMIT);
         let event = Event {
             type_,
             reason: reason.into(),
-            note: Some(truncate(&note, NOTE_LIMIT)),
+            note: Some(note.clone()),
             action: action.into(),
             secondary: None,
         };
         // An Event that cannot be written must not fail the reconcile.
         if let Err(error) = self.recorder.publish(&event, &self.reference).await {
             tracing::warn!(%error, reason, "failed to publish an event");
+        }
+        if let Some(tap) = &self.tap {
+            let emitted = crate::notify::kinds::Emitted {
+                reason,
+                action,
+                warning: type_ == EventType::Warning,
+                stalled,
+            };
+            tap.emit(emitted, &note, changes).await;
         }
     }
 }

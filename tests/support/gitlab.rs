@@ -1,15 +1,18 @@
 //! A local stand-in for GitLab's REST API v4, the merge request notes a
 //! preview keeps (list, create, edit) and the open merge requests the
-//! ApplicationSet pull-request generator lists, each request checked against
-//! GitLab's documentation (the `PRIVATE-TOKEN` header, JSON bodies with a
-//! `body` only, pages of at most 100) and recorded; what breaks it is kept
-//! as a violation and answered 400.
+//! ApplicationSet pull-request generator lists, and the commit statuses
+//! of a sync (with GitLab's refusal of a transition to the state a status is
+//! already in), each request checked against GitLab's documentation (the
+//! `PRIVATE-TOKEN` header, JSON bodies with the documented fields only,
+//! pages of at most 100) and recorded; what breaks it is kept as a violation
+//! and answered 400. It can fail on purpose: an error status for the next
+//! requests.
 //!
 //! Shared by the unit tests of `src/preview/gitlab.rs` (through `#[path]`,
 //! with the fake GitHub as its `super::github`) and the integration tests.
 #![allow(dead_code)]
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
@@ -30,6 +33,12 @@ pub struct GitLabState {
     /// Open merge requests by project (its path or id, as set), in the order
     /// they are listed; a project never set answers 404.
     pub merge_requests: HashMap<String, Vec<Value>>,
+    /// Commit statuses by `project/sha` (the project's path as decoded),
+    /// oldest first; a status is updated in place while it is pending or
+    /// running, as GitLab updates its job.
+    pub statuses: HashMap<String, Vec<Value>>,
+    /// The status each of the next requests is answered with.
+    pub faults: VecDeque<u16>,
     next_id: u64,
 }
 
@@ -118,6 +127,21 @@ impl FakeGitLab {
         self.state.lock().unwrap().received.clone()
     }
 
+    /// The commit statuses of `project` (its path) on `sha`, oldest first.
+    pub fn statuses(&self, project: &str, sha: &str) -> Vec<Value> {
+        let state = self.state.lock().unwrap();
+        state
+            .statuses
+            .get(&format!("{project}/{sha}"))
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// Answers each of the next requests with one of `codes`, in order.
+    pub fn fail_next(&self, codes: impl IntoIterator<Item = u16>) {
+        self.state.lock().unwrap().faults.extend(codes);
+    }
+
     pub fn violations(&self) -> Vec<String> {
         self.state.lock().unwrap().violations.clone()
     }
@@ -179,6 +203,10 @@ fn decode_segment(segment: &str) -> String {
 
 fn answer(state: &mut GitLabState, request: Received) -> Reply {
     state.received.push(request.clone());
+    if let Some(code) = state.faults.pop_front() {
+        let message = json!({ "message": format!("{code} failing on purpose") });
+        return (code, vec![], message.to_string());
+    }
     let mut violations = Vec::new();
     if request.header("private-token") != Some(TOKEN) {
         violations.push("PRIVATE-TOKEN is not the token".to_string());
@@ -292,6 +320,10 @@ fn answer(state: &mut GitLabState, request: Received) -> Reply {
                 json!({"message": "body is missing"}).to_string(),
             ),
         },
+        // https://docs.gitlab.com/api/commits/#set-the-pipeline-status-of-a-commit
+        ("POST", ["api", "v4", "projects", project, "statuses", sha]) => {
+            set_status(state, &request, project, sha, &mut violations)
+        }
         _ => {
             violations.push("no such endpoint".into());
             (404, vec![], json!({"message": "404 Not found"}).to_string())
@@ -305,6 +337,128 @@ fn answer(state: &mut GitLabState, request: Received) -> Reply {
         .violations
         .push(format!("{} {}: {message}", request.method, request.path));
     (400, vec![], json!({ "message": message }).to_string())
+}
+
+/// GitLab's commit status: one per name on a commit, updated in place while
+/// it is pending or running (GitLab's `running_or_pending` scope), a new one
+/// once it finished. A transition its state machine has not (`enqueue` from
+/// pending or running, `run` from running) is refused with GitLab's 400.
+fn set_status(
+    state: &mut GitLabState,
+    request: &Received,
+    project: &str,
+    sha: &str,
+    violations: &mut Vec<String>,
+) -> Reply {
+    if request.header("content-type") != Some("application/json") {
+        violations.push(format!(
+            "content-type {:?}",
+            request.headers("content-type")
+        ));
+    }
+    let Ok(Value::Object(body)) = serde_json::from_slice::<Value>(&request.body) else {
+        violations.push("the body is not a JSON object".into());
+        return (
+            400,
+            vec![],
+            json!({"message": "400 Bad request"}).to_string(),
+        );
+    };
+    let known: HashSet<&str> = [
+        "state",
+        "ref",
+        "name",
+        "context",
+        "target_url",
+        "description",
+        "coverage",
+        "pipeline_id",
+    ]
+    .into();
+    for key in body.keys().filter(|key| !known.contains(key.as_str())) {
+        violations.push(format!("unknown field {key}"));
+    }
+    let text = |key: &str| body.get(key).and_then(Value::as_str);
+    let new = text("state").unwrap_or_default().to_owned();
+    if ![
+        "pending", "running", "success", "failed", "canceled", "skipped",
+    ]
+    .contains(&new.as_str())
+    {
+        violations.push(format!("state {:?}", body.get("state")));
+    }
+    let name = text("name")
+        .or(text("context"))
+        .unwrap_or("default")
+        .to_owned();
+    for key in ["description", "target_url", "ref", "name"] {
+        match body.get(key) {
+            None | Some(Value::Null) => {}
+            Some(Value::String(value)) if value.chars().count() <= 255 => {}
+            Some(other) => violations.push(format!("{key} {other}")),
+        }
+    }
+    if let Some(url) = text("target_url")
+        && !(url.starts_with("https://") || url.starts_with("http://"))
+    {
+        violations.push(format!("target_url {url:?} is not a URL"));
+    }
+    if sha.len() != 40 || !sha.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return not_found("Commit");
+    }
+    let statuses = state
+        .statuses
+        .entry(format!("{}/{sha}", decode_segment(project)))
+        .or_default();
+    let open = statuses.iter_mut().rev().find(|status| {
+        status["name"] == name.as_str()
+            && matches!(status["status"].as_str(), Some("pending" | "running"))
+    });
+    let now = jiff::Timestamp::now().to_string();
+    let status = match open {
+        Some(status) => {
+            let from = status["status"].as_str().unwrap_or_default().to_owned();
+            let event = match new.as_str() {
+                "pending" => Some("enqueue"),
+                "running" if from == "running" => Some("run"),
+                _ => None,
+            };
+            if let Some(event) = event {
+                let message = format!(
+                    "Cannot transition status via :{event} from :{from} (Reason(s): Status cannot transition via \"{event}\")"
+                );
+                return (400, vec![], json!({ "message": message }).to_string());
+            }
+            status["status"] = json!(new);
+            status
+        }
+        None => {
+            state.next_id += 1;
+            statuses.push(json!({
+                "id": state.next_id,
+                "sha": sha,
+                "ref": text("ref").unwrap_or("main"),
+                "status": new,
+                "name": name,
+                "created_at": now,
+                "started_at": null,
+                "finished_at": null,
+                "allow_failure": false,
+                "coverage": null,
+                "author": {"id": 1, "username": "setpoint-bot", "name": "Setpoint", "state": "active"},
+            }));
+            statuses.last_mut().unwrap()
+        }
+    };
+    status["description"] = body.get("description").cloned().unwrap_or(Value::Null);
+    status["target_url"] = body.get("target_url").cloned().unwrap_or(Value::Null);
+    if status["status"] == "running" {
+        status["started_at"] = json!(now);
+    }
+    if !matches!(status["status"].as_str(), Some("pending" | "running")) {
+        status["finished_at"] = json!(now);
+    }
+    (201, vec![], status.to_string())
 }
 
 /// A page of `project`'s open merge requests, with GitLab's offset

@@ -22,14 +22,14 @@ use super::signature::GitHubVerifier;
 
 /// A body read whole, with its share of the in-flight bytes: given back
 /// when the body is dropped, once the delivery is handled.
-pub(super) struct Body {
+pub(crate) struct Body {
     pub bytes: web::Bytes,
     _permit: Option<OwnedSemaphorePermit>,
 }
 
 /// The bytes all requests may hold while their bodies are read.
 #[derive(Clone)]
-pub(super) struct InFlight {
+pub(crate) struct InFlight {
     permits: Arc<Semaphore>,
     limit: usize,
 }
@@ -69,7 +69,7 @@ impl InFlight {
 }
 
 /// Reads `payload` up to `limit` bytes by `deadline`, feeding `verifier`.
-pub(super) async fn read(
+pub(crate) async fn read(
     mut payload: web::Payload,
     declared: Option<u64>,
     limit: usize,

@@ -17,7 +17,7 @@
 //! shape `route` takes. Whatever a request brings reaches the log through
 //! `untrusted::Untrusted`.
 
-mod body;
+pub(crate) mod body;
 pub mod dedupe;
 mod github;
 mod gitlab;
@@ -353,6 +353,12 @@ impl WebhookState {
 
     pub fn settings(&self) -> &WebhookSettings {
         &self.0.settings
+    }
+
+    /// The bound on the bytes all bodies hold at once, which the Receivers'
+    /// requests share.
+    pub(crate) fn in_flight(&self) -> &body::InFlight {
+        &self.0.in_flight
     }
 
     /// `(provider, outcome, count)` for every provider and outcome, zeros

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
 use http::header::{IF_MODIFIED_SINCE, IF_NONE_MATCH};
@@ -30,6 +30,9 @@ pub struct ChartRequest<'a> {
     /// A version an event announced: the listing is fetched again when it
     /// does not have it yet.
     pub known_version: Option<&'a str>,
+    /// A registry announced a push (a Receiver): a listing fetched before
+    /// this moment is not served, whatever its age.
+    pub fresh_since: Option<SystemTime>,
 }
 
 /// The chosen version and its verified archive.
@@ -54,6 +57,8 @@ struct Slot {
     last_modified: Option<String>,
     /// When the last fetch succeeded; None after a failure.
     fresh_at: Option<Instant>,
+    /// When that fetch started, on the clock events are stamped with.
+    fetch_started: Option<SystemTime>,
     /// OCI: tag → (manifest digest, chart layer digest), for this listing.
     manifests: HashMap<String, (String, String)>,
 }
@@ -124,15 +129,31 @@ impl ChartSource {
         max_age: Duration,
         wanted: Option<(&str, &str)>,
     ) -> Result<Arc<Listing>, ChartError> {
+        self.listing_since(repository, auth, max_age, wanted, None)
+            .await
+    }
+
+    /// `listing`, refusing a cached one whose fetch started before
+    /// `fresh_since`: one fetch serves every event stamped before it.
+    async fn listing_since(
+        &self,
+        repository: &Repository,
+        auth: Option<&Auth>,
+        max_age: Duration,
+        wanted: Option<(&str, &str)>,
+        fresh_since: Option<SystemTime>,
+    ) -> Result<Arc<Listing>, ChartError> {
         let slot = self.slot(repository, auth);
         let mut slot = slot.lock().await;
         if let (Some(listing), Some(at)) = (&slot.listing, slot.fresh_at)
             && at.elapsed() < max_age
             && wanted.is_none_or(|(chart, version)| has_version(listing, chart, version))
+            && fresh_since.is_none_or(|since| slot.fetch_started.is_some_and(|at| at >= since))
         {
             return Ok(Arc::clone(listing));
         }
         self.listing_fetches.fetch_add(1, Ordering::Relaxed);
+        let started = SystemTime::now();
         let fetched = match repository {
             Repository::Http { url } => self.fetch_index(url, auth, &slot).await,
             Repository::Oci { registry, name } => {
@@ -154,10 +175,12 @@ impl ChartSource {
             Ok(None) => {}
             Err(error) => {
                 slot.fresh_at = None;
+                slot.fetch_started = None;
                 return Err(error);
             }
         }
         slot.fresh_at = Some(Instant::now());
+        slot.fetch_started = Some(started);
         Ok(Arc::clone(
             slot.listing.as_ref().expect("a listing after a fetch"),
         ))
@@ -244,7 +267,7 @@ impl ChartSource {
     /// The version the request's range picks, with its verified archive.
     pub async fn resolve(&self, request: &ChartRequest<'_>) -> Result<Resolved, ChartError> {
         let listing = self
-            .listing(
+            .listing_since(
                 request.repository,
                 request.auth,
                 // The poller refreshes the listing every interval ± 10%
@@ -254,6 +277,7 @@ impl ChartSource {
                 // naming a version the listing lacks fetches at once.
                 self.settings.poll_interval.mul_f64(1.5),
                 request.known_version.map(|v| (request.chart, v)),
+                request.fresh_since,
             )
             .await?;
         let entry = match Self::choose(&listing, request.repository, request.chart, request.range) {
@@ -525,6 +549,7 @@ mod tests {
             range: None,
             auth: Some(&auth),
             known_version: None,
+            fresh_since: None,
         };
         let same = "https://charts.example.com/stable/web-1.0.0.tgz";
         assert_eq!(source.archive_auth(&request, same), Some(&auth));

@@ -1,12 +1,15 @@
 //! The worker's side of notifications: `Cause::Notify` deliveries take
 //! slots of their own, one per Provider, and permits of their own, apart
 //! from the reconciles' and the previews'. A Provider holds at most
-//! `per_provider` deliveries in flight and `provider_backlog` waiting;
-//! past that a delivery goes back to the queue's backoff at once, so a
-//! Provider that hangs neither fills the worker's prefetch (which the
-//! reconciles share) nor delays another Provider.
+//! `per_provider` deliveries in flight. While its last delivery failed it
+//! also holds at most `provider_backlog` waiting, and past that a delivery
+//! goes back to the queue's backoff at once, so a Provider that is down or
+//! hangs neither fills the worker's prefetch (which the reconciles share)
+//! nor delays another Provider. A Provider that answers takes every
+//! delivery that comes (the prefetch bounds them): a burst to it is a
+//! backlog that drains, never an attempt used up.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -32,6 +35,8 @@ pub struct Dispatcher {
     notifier: Option<Notifier>,
     permits: Semaphore,
     slots: Mutex<HashMap<String, ProviderSlot>>,
+    /// The Providers whose last delivery failed.
+    failing: Mutex<HashSet<String>>,
     stopping: AtomicBool,
 }
 
@@ -46,6 +51,7 @@ impl Dispatcher {
             notifier,
             permits: Semaphore::new(concurrency),
             slots: Mutex::default(),
+            failing: Mutex::default(),
             stopping: AtomicBool::new(false),
         })
     }
@@ -64,9 +70,14 @@ impl Dispatcher {
         };
         let key = crate::notify::tap::provider_key(&notification.namespace, &notification.provider);
         let settings = notifier.settings();
+        let failing = self
+            .failing
+            .lock()
+            .expect("notify failing lock")
+            .contains(&key);
         let mut slots = self.slots.lock().expect("notify slots lock");
         let slot = slots.entry(key.clone()).or_default();
-        if slot.waiting.len() >= settings.provider_backlog {
+        if failing && slot.waiting.len() >= settings.provider_backlog {
             drop(slots);
             let backlog = settings.provider_backlog;
             return Some(Box::pin(async move {
@@ -128,14 +139,21 @@ impl Dispatcher {
                 }
                 return;
             };
-            handle(&notifier, &key, delivery).await;
+            let ok = handle(&notifier, &key, delivery).await;
+            let mut failing = self.failing.lock().expect("notify failing lock");
+            if ok {
+                failing.remove(&key);
+            } else {
+                failing.insert(key.clone());
+            }
         }
     }
 }
 
-async fn handle(notifier: &Notifier, key: &str, delivery: Delivery) {
+/// Whether the Provider answered (or had nothing to answer).
+async fn handle(notifier: &Notifier, key: &str, delivery: Delivery) -> bool {
     let Cause::Notify(notification) = &delivery.event.cause else {
-        return;
+        return true;
     };
     let span = tracing::info_span!("notify", provider = %key, id = %notification.id, alert = %notification.alert, kind = notification.occurrence.kind.as_str(), app = %notification.occurrence.app.name, attempt = delivery.event.attempt);
     let result = tracing::Instrument::instrument(
@@ -159,13 +177,14 @@ async fn handle(notifier: &Notifier, key: &str, delivery: Delivery) {
         Err(error) => {
             let error = crate::report::events::error_chain(error);
             settle_failed(notifier, key, delivery, &error).await;
-            return;
+            return false;
         }
     };
     notifier.count(key, outcome);
     if let Err(error) = delivery.ack().await {
         tracing::warn!(provider = %key, %error, "failed to ack a notification; the broker redelivers");
     }
+    true
 }
 
 /// Back to the queue's backoff, or parked after the last attempt.

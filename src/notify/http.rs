@@ -51,21 +51,7 @@ impl Default for Poster {
 
 impl Poster {
     pub fn new() -> Self {
-        let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
-        let builder = hyper_rustls::HttpsConnectorBuilder::new();
-        let builder = match builder.with_provider_and_native_roots(provider.clone()) {
-            Ok(builder) => builder,
-            Err(error) => {
-                tracing::warn!(%error, "no system TLS roots: https providers will fail");
-                let config = rustls::ClientConfig::builder_with_provider(provider)
-                    .with_safe_default_protocol_versions()
-                    .expect("ring supports the default protocol versions")
-                    .with_root_certificates(rustls::RootCertStore::empty())
-                    .with_no_client_auth();
-                hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(config)
-            }
-        };
-        let connector = builder.https_or_http().enable_http1().build();
+        let connector = crate::source::chart::http::https_connector("providers");
         Poster {
             client: Client::builder(TokioExecutor::new()).build(connector),
         }

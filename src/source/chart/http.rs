@@ -73,6 +73,27 @@ impl Response {
     }
 }
 
+/// The https-or-http connector of Setpoint's own HTTP clients (chart
+/// sources, notifications): rustls with ring and the system's roots; without
+/// roots, a warning naming `what` and https that fails.
+pub(crate) fn https_connector(what: &str) -> HttpsConnector<HttpConnector> {
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let builder = hyper_rustls::HttpsConnectorBuilder::new();
+    let builder = match builder.with_provider_and_native_roots(provider.clone()) {
+        Ok(builder) => builder,
+        Err(error) => {
+            tracing::warn!(%error, "no system TLS roots: https {what} will fail");
+            let config = rustls::ClientConfig::builder_with_provider(provider)
+                .with_safe_default_protocol_versions()
+                .expect("ring supports the default protocol versions")
+                .with_root_certificates(rustls::RootCertStore::empty())
+                .with_no_client_auth();
+            hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(config)
+        }
+    };
+    builder.https_or_http().enable_http1().build()
+}
+
 #[derive(Clone)]
 pub struct Http {
     client: Client<HttpsConnector<HttpConnector>, Empty<Bytes>>,
@@ -81,21 +102,7 @@ pub struct Http {
 
 impl Http {
     pub fn new(timeout: Duration) -> Self {
-        let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
-        let builder = hyper_rustls::HttpsConnectorBuilder::new();
-        let builder = match builder.with_provider_and_native_roots(provider.clone()) {
-            Ok(builder) => builder,
-            Err(error) => {
-                tracing::warn!(%error, "no system TLS roots: https chart repositories will fail");
-                let config = rustls::ClientConfig::builder_with_provider(provider)
-                    .with_safe_default_protocol_versions()
-                    .expect("ring supports the default protocol versions")
-                    .with_root_certificates(rustls::RootCertStore::empty())
-                    .with_no_client_auth();
-                hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(config)
-            }
-        };
-        let connector = builder.https_or_http().enable_http1().build();
+        let connector = https_connector("chart repositories");
         let client = Client::builder(TokioExecutor::new()).build(connector);
         Http { client, timeout }
     }

@@ -27,7 +27,7 @@ RUSTC_VERSION := $(shell rustc --version 2>/dev/null | awk '{print $$2}')
 export CARGO_TARGET_DIR ?= $(SETPOINT_CACHE)/cargo-target-$(RUSTC_VERSION)
 
 PHONY_EXTRA := crd bench bench-large image image-deps image-context image-lock image-renderers image-sizes test-image check-fresh-image
-.PHONY: all build test test-multicluster clusters-up clusters-down test-restart test-ui test-ha screenshot browser-deps rabbitmq-cluster-up rabbitmq-cluster-down unit lint demo bench cluster-build cluster-up cluster-down \
+.PHONY: all build test test-multicluster clusters-up clusters-down test-restart test-ui test-ha screenshot browser-deps signature-deps rabbitmq-cluster-up rabbitmq-cluster-down unit lint demo bench cluster-build cluster-up cluster-down \
 	rabbitmq-up rabbitmq-down up down fmt helm-build registry-build $(PHONY_EXTRA)
 
 all: build
@@ -104,7 +104,17 @@ lint:
 ## Everything: format, lints, unit and integration tests against the real
 ## control plane and RabbitMQ. The benchmarks are compiled (clippy
 ## --all-targets) but run only by `make bench`, in release mode.
-test: up lint
+## gpg and ssh-keygen: Setpoint verifies signed commits with them, and
+## the signature tests make their keys with them (tests/signatures.rs).
+SIGNATURE_DEPS := gnupg openssh-client
+
+signature-deps:
+	@dpkg-query -W -f '$${Status}\n' $(SIGNATURE_DEPS) 2>/dev/null | grep -c '^install ok installed$$' | grep -qx $(words $(SIGNATURE_DEPS)) || { \
+	  echo "[test] installing $(SIGNATURE_DEPS) from Debian"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+	    $(SIGNATURE_DEPS) >/dev/null; }
+
+test: up lint signature-deps
 	@echo "[test] cargo test against $$(grep server: $(KUBECONFIG) | awk '{print $$2}') and amqp://127.0.0.1:5672"
 	$(FRESH_TEST_VHOST)
 	cargo test --lib --bins --tests
@@ -209,6 +219,7 @@ bench: up clusters-up
 	cargo bench --bench appset
 	cargo bench --bench notify
 	cargo bench --bench compat
+	cargo bench --bench rollback
 
 ## The fleet benchmark at 10,000 Applications of Flux's MTTP shape
 ## (ServiceAccount, Service, Deployment of 0 replicas, Ingress), in one

@@ -129,7 +129,8 @@ async fn main() {
     let client = kube::Client::try_from(config).unwrap();
     let state = UiState::new(
         store,
-        Authorizer::new(client, AuthMode::None),
+        Authorizer::new(client.clone(), AuthMode::None),
+        client,
         None,
         Default::default(),
         QueueState::default(),

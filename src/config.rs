@@ -35,6 +35,10 @@ pub enum Kind {
     /// current, inProgress, failed}` whose CEL expressions must compile;
     /// the variable takes them as JSON.
     HealthChecks,
+    /// Each namespace's default `spec.source.verify` (`source.verify`): a
+    /// list of `{namespace, mode, secretRef: {name}}`; the variable takes
+    /// them as JSON.
+    VerifyDefaults,
 }
 
 /// One setting: its key in the file, its variable, its default.
@@ -101,6 +105,12 @@ pub const SETTINGS: &[Setting] = &[
         "SETPOINT_ALLOW_LOCAL_REPOS",
         Kind::Flag,
         "false",
+    ),
+    setting(
+        "source.verify",
+        crate::reconcile::signatures::ENV,
+        Kind::VerifyDefaults,
+        "",
     ),
     setting(
         "queue.amqpURLFile",
@@ -524,6 +534,9 @@ fn check(setting: &Setting, value: &Value) -> Result<Option<String>, String> {
     if setting.kind == Kind::HealthChecks {
         return health_checks(value);
     }
+    if setting.kind == Kind::VerifyDefaults {
+        return verify_defaults(value);
+    }
     let text = match (setting.kind, value) {
         (Kind::List, Value::Sequence(items)) => {
             let mut values = Vec::new();
@@ -572,12 +585,28 @@ fn check(setting: &Setting, value: &Value) -> Result<Option<String>, String> {
                 ));
             }
         }
-        Kind::Text | Kind::Path | Kind::List | Kind::HealthChecks => {}
+        Kind::Text | Kind::Path | Kind::List | Kind::HealthChecks | Kind::VerifyDefaults => {}
     }
     if text.is_empty() && setting.default.is_empty() {
         return Ok(None);
     }
     Ok(Some(text))
+}
+
+/// `source.verify` as JSON, once each entry names a namespace (once) and a
+/// Secret.
+fn verify_defaults(value: &Value) -> Result<Option<String>, String> {
+    let Value::Sequence(items) = value else {
+        return Err(format!("expected a list, found {}", describe(value)));
+    };
+    if items.is_empty() {
+        return Ok(None);
+    }
+    let json = serde_json::to_string(value).map_err(|e| e.to_string())?;
+    let defaults = crate::reconcile::signatures::parse_defaults(&json)?;
+    serde_json::to_string(&defaults)
+        .map(Some)
+        .map_err(|e| e.to_string())
 }
 
 /// `health.checks` as JSON, once every expression compiles; an error names
@@ -762,6 +791,23 @@ mod tests {
             errors[0].starts_with(
                 "health.checks: invalid health check for Widget (example.com/v1): failed: "
             ),
+            "{errors:?}"
+        );
+    }
+
+    #[test]
+    fn namespace_verify_defaults_become_json_once_each_names_a_secret() {
+        let text = "source:\n  verify:\n    - namespace: team-a\n      mode: tag\n      secretRef: {name: signers}\n";
+        let env = parse(text).unwrap();
+        assert_eq!(env, [("SETPOINT_VERIFY_DEFAULTS", env[0].1.clone())]);
+        let defaults = crate::reconcile::signatures::parse_defaults(&env[0].1).unwrap();
+        assert_eq!(defaults[0].namespace, "team-a");
+        assert_eq!(defaults[0].verify.mode, crate::api::VerifyMode::Tag);
+
+        let errors = errors("source:\n  verify:\n    - namespace: team-a\n");
+        assert_eq!(errors.len(), 1);
+        assert!(
+            errors[0].starts_with("source.verify: expected a list of {namespace, mode, secretRef"),
             "{errors:?}"
         );
     }

@@ -19,6 +19,7 @@ pub mod logging;
 pub mod manifest;
 pub mod metrics;
 pub mod notify;
+pub mod operate;
 pub mod preview;
 pub mod queue;
 pub mod reconcile;

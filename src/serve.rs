@@ -349,6 +349,13 @@ pub async fn serve(
     };
     // Custom health rules (`health.checks`): a broken expression stops here.
     let health_checks = crate::reconcile::health::configure_from_env()?;
+    // Namespaces' default `spec.source.verify` (`source.verify`).
+    let verify_defaults = crate::reconcile::signatures::configure_from_env()
+        .map_err(|message| anyhow::anyhow!(message))?;
+    tracing::info!(
+        namespaces = verify_defaults,
+        "default signature verification"
+    );
     if roles.worker {
         for missing in crate::source::render::RenderSettings::from_env().missing_tools() {
             tracing::warn!("{missing}");
@@ -684,6 +691,7 @@ pub async fn serve(
             let state = crate::ui::UiState::new(
                 store.clone(),
                 crate::ui::auth::Authorizer::new(ctx.client.clone(), options.ui_auth),
+                ctx.client.clone(),
                 Some(queue.clone()),
                 deliveries.clone(),
                 queue_state,

@@ -98,6 +98,9 @@ struct Shared {
     previewed: Mutex<HashMap<AppKey, String>>,
     /// The re-checks scheduled and published, and what answered them.
     rechecks: Mutex<recheck::Rechecks>,
+    /// A sync window's end or opening each held Application waits for
+    /// (`status.hold.until`), with a timer set for it.
+    wakes: Arc<Mutex<HashMap<AppKey, String>>>,
     /// Notifications, with their own slots (per Provider) and permits.
     notify: Arc<crate::notify::dispatch::Dispatcher>,
     id: String,
@@ -135,6 +138,7 @@ pub async fn run(
         settings: settings.clone(),
         slots: Mutex::new(HashMap::new()),
         rechecks: Mutex::new(Default::default()),
+        wakes: Default::default(),
         id: format!("{}-{}", hostname(), std::process::id()),
         record,
         stopping: std::sync::atomic::AtomicBool::new(false),
@@ -507,6 +511,7 @@ async fn reconcile_in_span(shared: &Shared, app: &AppKey, batch: &Slot) -> Settl
         changed_input: changed_input(batch),
         dry_run_creates: false,
         event_id: batch.waiting.first().map(|d| d.event.id.clone()),
+        ..Default::default()
     };
     shared.record_line("start", app);
     let started = std::time::Instant::now();
@@ -543,6 +548,9 @@ async fn reconcile_in_span(shared: &Shared, app: &AppKey, batch: &Slot) -> Settl
                 health = ?outcome.status.health.status,
                 "reconciled"
             );
+            if let Some(until) = outcome.status.hold.as_ref().and_then(|h| h.until.clone()) {
+                schedule_wake(shared, app, until);
+            }
             Settled::Done {
                 requeue: outcome.requeue_after.is_some(),
             }
@@ -601,6 +609,46 @@ fn schedule_requeue(shared: &Arc<Shared>, app: &AppKey, fresh_since: Option<u64>
             .due(&app, fresh_since);
         if let Err(error) = shared.queue.publish(&event).await {
             tracing::debug!(app = %app, %error, "requeue not published; the sweep covers it");
+        }
+    });
+}
+
+/// Longer waits are the sweep's.
+const MAX_WAKE: Duration = Duration::from_secs(24 * 3600);
+
+/// A reconcile under the sync policy when the sync window that holds `app`
+/// ends or an allow window opens (one timer per moment; a process that
+/// stops meanwhile leaves it to the sweep).
+fn schedule_wake(shared: &Shared, app: &AppKey, until: String) {
+    let Ok(at) = until.parse::<jiff::Timestamp>() else {
+        return;
+    };
+    let Ok(wait) = Duration::try_from(at.duration_since(jiff::Timestamp::now())) else {
+        return;
+    };
+    if wait > MAX_WAKE {
+        return;
+    }
+    {
+        let mut wakes = shared.wakes.lock().expect("wakes lock");
+        if wakes.get(app) == Some(&until) {
+            return;
+        }
+        wakes.insert(app.clone(), until.clone());
+    }
+    let (wakes, queue) = (shared.wakes.clone(), shared.queue.clone());
+    let app = app.clone();
+    tokio::spawn(async move {
+        // A second past the edge: the window is evaluated after it.
+        tokio::time::sleep(wait + Duration::from_secs(1)).await;
+        {
+            let mut wakes = wakes.lock().expect("wakes lock");
+            if wakes.get(&app) == Some(&until) {
+                wakes.remove(&app);
+            }
+        }
+        if let Err(error) = queue.publish(&Event::new(app.clone(), Cause::Sweep)).await {
+            tracing::debug!(app = %app, %error, "sync window wake not published; the sweep covers it");
         }
     });
 }

@@ -1,7 +1,8 @@
 //! The dashboard (`setpoint run --ui-listen`) against the real control
 //! plane, over plain HTTP (curl): who may see what (TokenReview and
 //! SubjectAccessReview for real service-account tokens), the Sync button's
-//! rules, and a drift correction reaching an open page's event stream.
+//! rules, Rollback, Suspend and Resume (issue 30), and a drift correction
+//! reaching an open page's event stream.
 
 mod support;
 
@@ -10,10 +11,13 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Patch, PatchParams};
 use setpoint::api::{Application, SyncPolicy};
 use setpoint::appset::SET_LABEL;
-use support::app::{automated, create_app, deployment_yaml, install_crd, synced_at};
+use support::app::{
+    automated, create_app, deployment_yaml, get_app, install_crd, settled_at, synced_at,
+};
 use support::process::{Setpoint, free_port, github_push, post, post_github};
 use support::viewer::viewer;
 use support::{GitRepo, TestNamespace, wait_for};
@@ -472,4 +476,238 @@ async fn a_scale_by_kubectl_reaches_the_open_page_as_drift_with_field_values_and
     let (_, page) = get(port, "/activity", None);
     assert!(page.contains(&delivery) && page.contains(&app), "{page}");
     wait_for("the push synced", DEADLINE, || synced_at(&ns, "web", &next)).await;
+}
+
+/// A ConfigMap whose `version` tells which commit is applied.
+fn config(version: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: release\ndata:\n  version: \"{version}\"\n"
+    )
+}
+
+async fn config_is(ns: &support::TestNamespace, want: &str) -> Result<(), String> {
+    let live = ns
+        .api::<ConfigMap>()
+        .get("release")
+        .await
+        .map_err(|e| e.to_string())?;
+    let version = live.data.unwrap_or_default().remove("version");
+    match version.as_deref() == Some(want) {
+        true => Ok(()),
+        false => Err(format!("version {version:?}")),
+    }
+}
+
+fn bearer_post(port: u16, path: &str, token: &str) -> (u16, serde_json::Value) {
+    let header = format!("Bearer {token}");
+    let (code, body) = post(port, path, &[("Authorization", &header)], "", "POST");
+    let json = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{e}: {code} {body}"));
+    (code, json)
+}
+
+#[tokio::test]
+async fn rollback_suspend_and_resume_from_the_dashboard_write_the_spec_for_those_who_may_patch() {
+    let ns = TestNamespace::new("ui-operate").await;
+    install_crd(&ns.client).await;
+    let repo = GitRepo::new();
+    let good = repo.write("app/cm.yaml", &config("1")).commit("good");
+    create_app(&ns, "web", &repo.url(), "app", automated(true, true)).await;
+    let reader = viewer(&ns, "reader", &["get", "list", "watch"]).await;
+    let editor = viewer(&ns, "editor", &["get", "list", "watch", "patch"]).await;
+    let cache = tempfile::tempdir().unwrap();
+    let (mut setpoint, port, webhook) = run_with_ui(&[&ns.name], "kubernetes", cache.path());
+    wait_ui(&mut setpoint, port).await;
+    wait_for("the good revision Healthy", DEADLINE, || {
+        settled_at(&ns, "web", &good)
+    })
+    .await;
+
+    // The next commit is applied: the history holds both, the first healthy.
+    let next = repo.write("app/cm.yaml", &config("2")).commit("next");
+    let body = github_push(&repo.url(), &next, &["app/cm.yaml"]);
+    let delivery = format!("ui-operate-{}", ns.name);
+    assert_eq!(post_github(webhook, Some(SECRET), &delivery, &body).0, 200);
+    wait_for("the next revision Healthy", DEADLINE, || {
+        settled_at(&ns, "web", &next)
+    })
+    .await;
+    let good_id = wait_for(
+        "the good revision's history entry healthy",
+        DEADLINE,
+        || async {
+            let history = get_app(&ns, "web").await.status.unwrap_or_default().history;
+            match history.iter().find(|h| h.revision == good) {
+                Some(h) if h.healthy && history.len() >= 2 => Ok(h.id),
+                _ => Err(format!("{history:?}")),
+            }
+        },
+    )
+    .await;
+    let app = format!("{}/web", ns.name);
+    wait_for("the dashboard to show both entries", DEADLINE, || async {
+        let (code, body) = get(port, &format!("/api/v1/applications/{app}"), Some(&reader));
+        let view: serde_json::Value =
+            serde_json::from_str(&body).map_err(|e| format!("{e}: {body}"))?;
+        match code == 200 && view["rollback"]["historyId"] == good_id {
+            true => Ok(()),
+            false => Err(format!("{code} {body}")),
+        }
+    })
+    .await;
+
+    // The reader may do none of the three, and no button offers them.
+    let (code, page) = get(port, &format!("/applications/{app}"), Some(&reader));
+    assert_eq!(code, 200, "{page}");
+    for id in ["rollback", "suspend", "resume"] {
+        assert!(!page.contains(&format!(r#"id="{id}""#)), "{id}: {page}");
+    }
+    for action in ["rollback", "suspend", "resume"] {
+        let (code, body) = bearer_post(
+            port,
+            &format!("/api/v1/applications/{app}/{action}"),
+            &reader,
+        );
+        assert_eq!(code, 403, "{action}: {body}");
+        let message = body["error"].as_str().unwrap();
+        assert_eq!(
+            message,
+            format!(
+                "system:serviceaccount:{}:reader may not patch applications.setpoint.dev in namespace {}",
+                ns.name, ns.name
+            )
+        );
+    }
+    let spec = get_app(&ns, "web").await.spec;
+    assert!(
+        !spec.suspend && spec.pin.is_none(),
+        "nothing written: {spec:?}"
+    );
+
+    // A branch name takes Git (400), an unknown history id has no entry (409).
+    let (code, body) = bearer_post(
+        port,
+        &format!("/api/v1/applications/{app}/rollback?revision=main"),
+        &editor,
+    );
+    assert_eq!(code, 400, "{body}");
+    assert!(
+        body["error"]
+            .as_str()
+            .unwrap()
+            .contains("name a history id or a commit id"),
+        "{body}"
+    );
+    let (code, body) = bearer_post(
+        port,
+        &format!("/api/v1/applications/{app}/rollback?revision=999"),
+        &editor,
+    );
+    assert_eq!(code, 409, "{body}");
+    assert!(
+        body["error"]
+            .as_str()
+            .unwrap()
+            .contains("no history entry 999"),
+        "{body}"
+    );
+    assert!(get_app(&ns, "web").await.spec.pin.is_none());
+
+    // The editor's Rollback: the last healthy revision, pinned with its
+    // name, and applied from Git's render of that commit.
+    let (code, body) = bearer_post(
+        port,
+        &format!("/api/v1/applications/{app}/rollback"),
+        &editor,
+    );
+    assert_eq!(code, 202, "{body}");
+    assert_eq!(body["revision"], good.as_str(), "{body}");
+    assert_eq!(body["historyId"], good_id, "{body}");
+    assert!(body["event"].is_string(), "{body}");
+    let pin = get_app(&ns, "web").await.spec.pin.expect("pinned");
+    assert_eq!(pin.revision, good);
+    assert_eq!(pin.history_id, Some(good_id));
+    let editor_name = format!("system:serviceaccount:{}:editor", ns.name);
+    assert_eq!(pin.by.as_deref(), Some(editor_name.as_str()));
+    assert!(pin.at.is_some());
+    wait_for("the good config back", DEADLINE, || config_is(&ns, "1")).await;
+    wait_for("the rolled-back revision Synced", DEADLINE, || {
+        synced_at(&ns, "web", &good)
+    })
+    .await;
+    let log = setpoint.logs();
+    assert!(
+        log.lines()
+            .any(|l| l.contains("requested from the dashboard")
+                && l.contains("rollback")
+                && l.contains(&editor_name)
+                && l.contains(&good)),
+        "{log}"
+    );
+    wait_for("the page to say pinned", DEADLINE, || async {
+        let (code, page) = get(port, &format!("/applications/{app}"), Some(&reader));
+        match code == 200
+            && page.contains(r#"<p id="app-pinned" class="hold">Pinned to <code>"#)
+            && page.contains(&format!("(history #{good_id}) by {editor_name}"))
+            && !page.contains("not applied yet")
+        {
+            true => Ok(()),
+            false => Err(page),
+        }
+    })
+    .await;
+
+    // Suspend from the page's form (cookie and CSRF token).
+    let cookie = format!("Cookie: setpoint_token={editor}");
+    let page = raw(port, "GET", &format!("/applications/{app}"), &[&cookie], "");
+    assert!(
+        page.contains(r#"id="suspend""#) && page.contains(r#"id="resume""#),
+        "pinned: Suspend, and Resume to follow Git again: {page}"
+    );
+    let csrf = page
+        .split(r#"name="csrf" value=""#)
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .expect("a CSRF token in the form")
+        .to_string();
+    let form = ["Content-Type: application/x-www-form-urlencoded", &cookie];
+    let path = format!("/applications/{app}/suspend");
+    let refused = raw(port, "POST", &path, &form, "csrf=forged");
+    assert!(refused.starts_with("HTTP/1.1 403"), "{refused}");
+    assert!(!get_app(&ns, "web").await.spec.suspend);
+    let accepted = raw(port, "POST", &path, &form, &format!("csrf={csrf}"));
+    assert!(accepted.starts_with("HTTP/1.1 303"), "{accepted}");
+    assert!(accepted.contains("?notice=suspend"), "{accepted}");
+    let spec = get_app(&ns, "web").await.spec;
+    assert!(spec.suspend, "{spec:?}");
+    assert_eq!(
+        spec.pin.map(|p| p.revision),
+        Some(good.clone()),
+        "the pin stays"
+    );
+    wait_for("the page to say suspended", DEADLINE, || async {
+        let (_, page) = get(port, &format!("/applications/{app}"), Some(&editor));
+        match page.contains(r#"<p id="app-suspended" class="hold"><strong>Suspended</strong>"#)
+            && !page.contains(r#"id="suspend""#)
+            && page.contains(r#"id="resume""#)
+        {
+            true => Ok(()),
+            false => Err(page),
+        }
+    })
+    .await;
+
+    // Resume: no suspension, no pin; the automated policy converges to Git.
+    let (code, body) = bearer_post(port, &format!("/api/v1/applications/{app}/resume"), &editor);
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(body, serde_json::json!({ "action": "resume" }));
+    let spec = get_app(&ns, "web").await.spec;
+    assert!(!spec.suspend && spec.pin.is_none(), "{spec:?}");
+    wait_for("the next config back after resume", DEADLINE, || {
+        config_is(&ns, "2")
+    })
+    .await;
+    wait_for("the next revision Synced again", DEADLINE, || {
+        synced_at(&ns, "web", &next)
+    })
+    .await;
 }

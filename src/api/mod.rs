@@ -7,12 +7,14 @@
 mod appset;
 mod conditions;
 mod notify;
+mod operate;
 mod receiver;
 mod sync_run;
 
 pub use appset::*;
 pub use conditions::{Condition, ConditionStatus, ConditionType, set_condition};
 pub use notify::*;
+pub use operate::*;
 pub use receiver::*;
 pub use sync_run::{HookPhase, HookRecord, HookState, RunPhase, SyncRun, WaveRecord};
 
@@ -47,9 +49,18 @@ pub struct ApplicationSpec {
     /// (`tenancy.adminNamespaces`); default `tenancy.defaultServiceAccount`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service_account_name: Option<String>,
-    /// Stop reconciling (Flux's `suspend`): nothing is applied or pruned.
+    /// Suspend (Flux's `suspend`, `setpoint app suspend`): nothing is
+    /// applied or pruned and drift is not corrected; drift is still found
+    /// and shown (`status.hold`, the objects' messages, an Event).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub suspend: bool,
+    /// Held at a past revision (`setpoint app rollback`); see [`Pin`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pin: Option<Pin>,
+    /// When automated syncs may run (Argo CD's sync windows); see
+    /// [`SyncWindow`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sync_windows: Vec<SyncWindow>,
     /// Fields that are not drift and that Setpoint leaves out of what it
     /// applies (Argo CD's `ignoreDifferences`), e.g. the replicas of a
     /// Deployment that an HPA scales.
@@ -157,6 +168,65 @@ pub struct Source {
     /// `Chart.yaml`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub helm: Option<HelmSource>,
+    /// Apply only commits (or tags) signed by a key of a Secret, as Flux's
+    /// `GitRepository` `spec.verify`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verify: Option<Verify>,
+}
+
+/// `spec.source.verify`: the commit to be applied (`mode: head`), or the
+/// annotated tag `targetRevision` names (`mode: tag`), must carry a good
+/// signature by a key of the Secret `secretRef` (in the Application's
+/// namespace): OpenPGP public keys in any key ending `.asc` (or `.gpg`,
+/// binary), SSH allowed signers (git's `gpg.ssh.allowedSignersFile`
+/// format) in `allowed_signers` or any key ending `.allowed_signers`.
+/// Anything else is not applied: the Application keeps its last applied
+/// revision and is Stalled (`UnsignedCommit`, `UnsignedTag`,
+/// `UnknownSigner`, `BadSignature`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Verify {
+    #[serde(default)]
+    pub mode: VerifyMode,
+    pub secret_ref: LocalSecretRef,
+}
+
+/// What must be signed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum VerifyMode {
+    /// The commit to be applied (Flux's `HEAD`).
+    #[default]
+    #[serde(rename = "head", alias = "HEAD")]
+    Head,
+    /// The annotated tag `targetRevision` names, which must point to the
+    /// commit applied (Flux's `Tag`).
+    #[serde(rename = "tag", alias = "Tag")]
+    Tag,
+}
+
+/// Who signed an applied revision, and with which key (the audit of
+/// `status.operation` and `status.history`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SignatureRecord {
+    /// The OpenPGP user id, or the SSH principal of the allowed signers.
+    pub signer: String,
+    /// The OpenPGP primary key's fingerprint, or the SSH key's
+    /// (`SHA256:…`).
+    pub key: String,
+    #[serde(rename = "type")]
+    pub kind: SignatureType,
+    /// The signed tag (`mode: tag`); absent: the commit was signed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tag: Option<String>,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum SignatureType {
+    #[default]
+    Openpgp,
+    Ssh,
 }
 
 /// An Application printed with `{:?}` may reach a log: its repository URL
@@ -172,6 +242,7 @@ impl std::fmt::Debug for Source {
             .field("directory", &self.directory)
             .field("kustomize", &self.kustomize)
             .field("helm", &self.helm)
+            .field("verify", &self.verify)
             .finish()
     }
 }
@@ -352,6 +423,13 @@ pub struct ApplicationStatus {
     /// The last sync of a new revision that used sync waves or hooks.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sync_run: Option<SyncRun>,
+    /// Why the last reconcile changed nothing on purpose (suspended, a
+    /// sync window), and until when.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hold: Option<HoldStatus>,
+    /// The pin (`spec.pin`) the last reconcile followed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pinned: Option<PinnedStatus>,
 }
 
 /// How many operations `status.history` keeps.
@@ -418,6 +496,10 @@ pub struct ResourceStatus {
 #[serde(rename_all = "camelCase")]
 #[schemars(transform = kubernetes_formats)]
 pub struct OperationSummary {
+    /// Numbered from 1, one more than the entry before (Argo CD's history
+    /// id): `setpoint app rollback NS/NAME ID`.
+    #[serde(default)]
+    pub id: u64,
     pub revision: String,
     pub applied: u32,
     pub pruned: u32,
@@ -425,4 +507,14 @@ pub struct OperationSummary {
     pub duration_ms: u64,
     /// RFC 3339.
     pub finished_at: String,
+    /// Who signed the revision applied, when `spec.source.verify` asked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signature: Option<SignatureRecord>,
+    /// The Application was Synced and Healthy at this revision after it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub healthy: bool,
+    /// Who asked for it when someone did: `rollback by alice`, `sync of
+    /// Deployment/web by alice`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub initiated_by: Option<String>,
 }

@@ -7,6 +7,7 @@ use clap::{Args, Subcommand, ValueEnum};
 use kube::api::ListParams;
 use kube::{Api, ResourceExt};
 
+use super::operate;
 use crate::api::{Application, ConditionType, OperationSummary};
 use crate::cluster::Wanted;
 use crate::event::AppKey;
@@ -44,6 +45,40 @@ pub enum AppCommand {
     },
     /// Sync now, whatever the sync policy says (a manual sync, from here).
     Sync {
+        app: String,
+        #[command(flatten)]
+        scope: Scope,
+        /// Sync inside a closed sync window.
+        #[arg(long)]
+        override_window: bool,
+        /// Apply only these objects of the current render (KIND/NAME or
+        /// GROUP/KIND/NAME), and prune nothing.
+        #[arg(long, value_name = "KIND/NAME", num_args = 1..)]
+        only: Vec<crate::operate::Selector>,
+    },
+    /// Put a past revision back and pin the Application to it (default: the
+    /// last revision that was Synced and Healthy before the current one).
+    Rollback {
+        app: String,
+        /// A history id (`setpoint app history`), a commit id, or a tag.
+        revision: Option<String>,
+        #[command(flatten)]
+        scope: Scope,
+        /// Remove the pin instead: follow `targetRevision` again.
+        #[arg(long, conflicts_with = "revision")]
+        unpin: bool,
+        /// Roll back inside a closed sync window.
+        #[arg(long)]
+        override_window: bool,
+    },
+    /// Stop applying, pruning and correcting drift (drift is still shown).
+    Suspend {
+        app: String,
+        #[command(flatten)]
+        scope: Scope,
+    },
+    /// Undo `suspend` and a rollback's pin: converge to Git at once.
+    Resume {
         app: String,
         #[command(flatten)]
         scope: Scope,
@@ -162,23 +197,54 @@ pub async fn run(
                 }
             }
         }
-        AppCommand::Sync { app, scope } => {
+        AppCommand::Sync {
+            app,
+            scope,
+            override_window,
+            only,
+        } => {
             let (namespace, name) = target(&app, &scope);
             let application = get(&namespace, &name).await?;
+            operate::may_patch(&ctx.client, &namespace, &name).await?;
+            if let Err(message) = operate::manual_sync_allowed(&application, override_window) {
+                eprintln!("error: {message}");
+                return Ok(2);
+            }
             let request = Request {
                 manual: true,
+                override_window,
+                only,
+                by: operate::whoami(&ctx.client).await,
                 ..Default::default()
             };
-            match reconcile::reconcile(&ctx, &application, &request).await {
-                Ok(outcome) => {
-                    super::print_outcome(&format!("{namespace}/{name}"), &outcome);
-                    Ok(0)
-                }
-                Err(error) => {
-                    eprintln!("error: {}", crate::report::events::error_chain(&error));
-                    Ok(if error.is_transient() { 3 } else { 2 })
-                }
-            }
+            operate::sync_now(&ctx, &application, &request).await
+        }
+        AppCommand::Rollback {
+            app,
+            revision,
+            scope,
+            unpin,
+            override_window,
+        } => {
+            let (namespace, name) = target(&app, &scope);
+            let application = get(&namespace, &name).await?;
+            operate::rollback(
+                &ctx,
+                &application,
+                revision.as_deref(),
+                unpin,
+                override_window,
+            )
+            .await
+        }
+        AppCommand::Suspend { app, scope } => {
+            let (namespace, name) = target(&app, &scope);
+            operate::suspend(&ctx, &namespace, &name).await
+        }
+        AppCommand::Resume { app, scope } => {
+            let (namespace, name) = target(&app, &scope);
+            let application = get(&namespace, &name).await?;
+            operate::resume(&ctx, &application, &namespace, &name).await
         }
     }
 }
@@ -402,6 +468,21 @@ pub fn describe(app: &Application) -> String {
     );
     field("Render:", method.to_string());
     field("Sync policy:", policy);
+    if let Some(verify) = &spec.source.verify {
+        let mode = match verify.mode {
+            crate::api::VerifyMode::Head => "signed commits",
+            crate::api::VerifyMode::Tag => "signed tags",
+        };
+        field(
+            "Verify:",
+            format!("{mode}, keys of Secret {}", verify.secret_ref.name),
+        );
+    }
+    if let Some(operation) = &status.operation
+        && let Some(signature) = &operation.signature
+    {
+        field("Signed by:", signed_by(signature, &operation.revision));
+    }
     field(
         "Sync status:",
         format!(
@@ -422,6 +503,62 @@ pub fn describe(app: &Application) -> String {
     );
     if spec.suspend {
         field("Suspended:", "yes".into());
+    }
+    if let Some(hold) = &status.hold {
+        let until = hold
+            .until
+            .as_ref()
+            .map(|u| format!(" (until {u})"))
+            .unwrap_or_default();
+        field(
+            "Held:",
+            format!("{}{until}: {}", hold.reason, cut(&hold.message, 100)),
+        );
+    }
+    if let Some(pin) = &spec.pin {
+        let by = pin
+            .by
+            .as_ref()
+            .map(|b| format!(" by {b}"))
+            .unwrap_or_default();
+        let at = pin
+            .at
+            .as_ref()
+            .map(|a| format!(" at {a}"))
+            .unwrap_or_default();
+        let newer = status
+            .pinned
+            .as_ref()
+            .and_then(|p| p.newer_revision.as_deref())
+            .map(|n| format!("; newer commit {} not applied", short(Some(n))))
+            .unwrap_or_default();
+        field(
+            "Pinned:",
+            format!("{}{by}{at}{newer}", short(Some(&pin.revision))),
+        );
+    }
+    if !spec.sync_windows.is_empty() {
+        let windows: Vec<String> = spec
+            .sync_windows
+            .iter()
+            .map(|w| {
+                format!(
+                    "{} {:?} for {}{}",
+                    if w.kind == crate::api::WindowKind::Deny {
+                        "deny"
+                    } else {
+                        "allow"
+                    },
+                    w.schedule,
+                    w.duration,
+                    w.time_zone
+                        .as_ref()
+                        .map(|z| format!(" ({z})"))
+                        .unwrap_or_default()
+                )
+            })
+            .collect();
+        field("Windows:", windows.join("; "));
     }
     if !spec.depends_on.is_empty() {
         let own = app.namespace().unwrap_or_default();
@@ -493,6 +630,26 @@ pub fn describe(app: &Application) -> String {
     out
 }
 
+/// Who signed the last applied revision: `bob@example.com (ssh key
+/// SHA256:…) at 1a2b3c4d5e6f`, or `… (tag v1) at 1a2b3c4d5e6f` for a signed tag.
+fn signed_by(signature: &crate::api::SignatureRecord, revision: &str) -> String {
+    let kind = match signature.kind {
+        crate::api::SignatureType::Openpgp => "openpgp",
+        crate::api::SignatureType::Ssh => "ssh",
+    };
+    let tag = signature
+        .tag
+        .as_ref()
+        .map(|t| format!(", tag {t}"))
+        .unwrap_or_default();
+    format!(
+        "{} ({kind} key {}{tag}) at {}",
+        signature.signer,
+        signature.key,
+        short(Some(revision))
+    )
+}
+
 /// The last ordered sync: its phase, each wave and each hook with how long
 /// it took (or `running`).
 fn sync_run_section(run: &crate::api::SyncRun) -> String {
@@ -543,16 +700,17 @@ fn sync_run_section(run: &crate::api::SyncRun) -> String {
 pub fn history_table(history: &[OperationSummary]) -> String {
     let rows: Vec<Vec<String>> = history
         .iter()
-        .enumerate()
-        .map(|(i, o)| {
+        .map(|o| {
             vec![
-                i.to_string(),
+                o.id.to_string(),
                 o.finished_at.clone(),
                 short(Some(&o.revision)).to_string(),
                 o.applied.to_string(),
                 o.pruned.to_string(),
                 o.unchanged.to_string(),
                 format!("{}ms", o.duration_ms),
+                if o.healthy { "yes" } else { "no" }.to_string(),
+                o.initiated_by.clone().unwrap_or_default(),
             ]
         })
         .collect();
@@ -565,6 +723,8 @@ pub fn history_table(history: &[OperationSummary]) -> String {
             "PRUNED",
             "UNCHANGED",
             "DURATION",
+            "HEALTHY",
+            "BY",
         ],
         &rows,
     )
@@ -650,6 +810,9 @@ mod tests {
             unchanged: 3,
             duration_ms: 42,
             finished_at: "2026-12-02T20:00:00Z".into(),
+            id: 4,
+            initiated_by: Some("rollback by alice".into()),
+            ..Default::default()
         }];
         let out = history_table(&history);
         let lines: Vec<&str> = out.lines().collect();
@@ -660,13 +823,17 @@ mod tests {
         assert_eq!(
             lines[1].split_whitespace().collect::<Vec<_>>(),
             [
-                "0",
+                "4",
                 "2026-12-02T20:00:00Z",
                 "0123456789ab",
                 "2",
                 "1",
                 "3",
-                "42ms"
+                "42ms",
+                "no",
+                "rollback",
+                "by",
+                "alice"
             ]
         );
     }
@@ -697,6 +864,45 @@ mod tests {
         let out = describe(&app);
         assert!(
             out.contains("\nINPUTS\n  bases/web\n  envs/prod\n"),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn app_get_shows_what_must_be_signed_and_who_signed_the_applied_revision() {
+        use crate::api::{
+            LocalSecretRef, OperationSummary, SignatureRecord, SignatureType, Verify, VerifyMode,
+        };
+        let mut app = app_with("https://git.example.com/org/repo.git");
+        assert!(!describe(&app).contains("Signed by:"));
+        app.spec.source.verify = Some(Verify {
+            mode: VerifyMode::Tag,
+            secret_ref: LocalSecretRef {
+                name: "signers".into(),
+            },
+        });
+        app.status = Some(crate::api::ApplicationStatus {
+            operation: Some(OperationSummary {
+                revision: "1a2b3c4d5e6f7a8b9c0d1a2b3c4d5e6f7a8b9c0d".into(),
+                signature: Some(SignatureRecord {
+                    signer: "bob@example.com".into(),
+                    key: "SHA256:abc".into(),
+                    kind: SignatureType::Ssh,
+                    tag: Some("v1".into()),
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        let out = describe(&app);
+        assert!(
+            out.contains("Verify:       signed tags, keys of Secret signers\n"),
+            "{out}"
+        );
+        assert!(
+            out.contains(
+                "Signed by:    bob@example.com (ssh key SHA256:abc, tag v1) at 1a2b3c4d5e6f\n"
+            ),
             "{out}"
         );
     }

@@ -4,6 +4,7 @@ pub mod app;
 pub mod appset;
 pub mod cluster;
 pub mod import;
+pub mod operate;
 
 use std::path::PathBuf;
 

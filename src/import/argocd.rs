@@ -302,6 +302,7 @@ fn source(mut fields: Fields, notes: &Notes) -> Source {
         directory,
         kustomize,
         helm,
+        verify: None,
     }
 }
 

@@ -739,6 +739,7 @@ fn git_repository(value: &Value, source: &mut Source, notes: &Notes) {
              identity and known_hosts",
         );
     }
+    git_verify(&mut fields, source, notes);
     for (key, reason) in [
         (
             "ignore",
@@ -749,12 +750,63 @@ fn git_repository(value: &Value, source: &mut Source, notes: &Notes) {
             "recurseSubmodules",
             "Setpoint does not check out submodules",
         ),
-        ("verify", "Setpoint does not verify commit signatures"),
         ("sparseCheckout", "Setpoint reads only the path anyway"),
     ] {
         fields.unmapped("spec.source", key, reason);
     }
     fields.finish("spec.source");
+}
+
+/// `spec.verify` to `spec.source.verify`: the same Secret (its `.asc`
+/// keys are read the same way), `HEAD` as `head`, `Tag` as `tag`.
+fn git_verify(fields: &mut Fields, source: &mut Source, notes: &Notes) {
+    use crate::api::{LocalSecretRef, Verify, VerifyMode};
+    if !fields.has("verify") {
+        return;
+    }
+    let mut verify = fields.object("verify");
+    let mode = verify.string("mode");
+    let mut secret_ref = verify.object("secretRef");
+    let name = secret_ref.string("name");
+    secret_ref.finish("spec.source.verify.secretRef");
+    let at = verify.path_of("mode");
+    verify.finish("spec.source.verify");
+    let mode = match mode.as_deref() {
+        None | Some("HEAD" | "head") => VerifyMode::Head,
+        Some("Tag") => VerifyMode::Tag,
+        Some("TagAndHEAD") => {
+            notes.add(
+                "spec.source.verify",
+                format!(
+                    "note: {at} TagAndHEAD: Setpoint verifies the tag (mode tag), not also the commit it points to"
+                ),
+            );
+            VerifyMode::Tag
+        }
+        Some(other) => {
+            notes.unmapped(
+                "spec.source.verify",
+                &at,
+                &format!("unknown mode {other:?}"),
+            );
+            return;
+        }
+    };
+    match name {
+        Some(name) => {
+            notes.add(
+                "spec.source.verify",
+                format!(
+                    "note: Setpoint reads the OpenPGP keys of Secret {name} from its keys ending .asc (or .gpg), as Flux's examples name them"
+                ),
+            );
+            source.verify = Some(Verify {
+                mode,
+                secret_ref: LocalSecretRef { name },
+            });
+        }
+        None => notes.unmapped("spec.source.verify", &at, "it names no secretRef"),
+    }
 }
 
 /// What a chart repository's or registry's Secret must hold for Setpoint.

@@ -635,3 +635,34 @@ spec:
         "a dockerconfigjson Secret does not work there"
     ));
 }
+
+#[test]
+fn a_flux_git_repositorys_verify_becomes_spec_source_verify() {
+    use crate::api::VerifyMode;
+    let text = r#"
+apiVersion: source.toolkit.fluxcd.io/v1
+kind: GitRepository
+metadata: {name: signed, namespace: flux-system}
+spec:
+  url: https://example.com/r.git
+  ref: {tag: v1.2.0}
+  verify: {mode: TagAndHEAD, secretRef: {name: pgp-public-keys}}
+---
+apiVersion: kustomize.toolkit.fluxcd.io/v1
+kind: Kustomization
+metadata: {name: signed, namespace: flux-system}
+spec:
+  path: ./deploy
+  sourceRef: {kind: GitRepository, name: signed}
+"#;
+    let (printed, apps, problems) = round_trip(text, &Options::default());
+    assert!(problems.is_empty(), "{problems:?}");
+    let verify = find(&apps, "signed").spec.source.verify.clone().unwrap();
+    assert_eq!(verify.mode, VerifyMode::Tag);
+    assert_eq!(verify.secret_ref.name, "pgp-public-keys");
+    assert!(
+        printed.contains("not also the commit it points to"),
+        "{printed}"
+    );
+    assert!(!printed.contains("does not verify"), "{printed}");
+}

@@ -167,6 +167,69 @@ pub(super) async fn report_drift_detected(
     }
 }
 
+/// Suspended, SyncWindow (a hold began or changed its reason) and Resumed
+/// (it ended); Pinned when the Application follows a new pin, Unpinned
+/// when it follows its `targetRevision` again.
+pub(super) async fn report_hold_change(
+    events: &Events,
+    previous: Option<&ApplicationStatus>,
+    status: &ApplicationStatus,
+) {
+    let before = previous.and_then(|s| s.hold.as_ref());
+    match (before, status.hold.as_ref()) {
+        (Some(b), Some(now)) if b.reason == now.reason => {}
+        (_, Some(now)) => {
+            events
+                .normal(&now.reason, "Sync", now.message.clone())
+                .await;
+        }
+        (Some(b), None) => {
+            events
+                .normal(
+                    "Resumed",
+                    "Sync",
+                    format!("no longer held ({}): syncs go ahead", b.reason),
+                )
+                .await;
+        }
+        (None, None) => {}
+    }
+    let pinned_before = previous.and_then(|s| s.pinned.as_ref());
+    match (pinned_before, status.pinned.as_ref()) {
+        (Some(b), Some(now)) if b.revision == now.revision => {}
+        (_, Some(now)) => {
+            let by = now
+                .by
+                .as_ref()
+                .map(|b| format!(" by {b}"))
+                .unwrap_or_default();
+            events
+                .normal(
+                    "Pinned",
+                    "Sync",
+                    format!(
+                        "pinned to revision {}{by}: new commits are not applied until resumed",
+                        short(Some(&now.revision))
+                    ),
+                )
+                .await;
+        }
+        (Some(b), None) => {
+            events
+                .normal(
+                    "Unpinned",
+                    "Sync",
+                    format!(
+                        "no longer pinned to {}: follows spec.source.targetRevision again",
+                        short(Some(&b.revision))
+                    ),
+                )
+                .await;
+        }
+        (None, None) => {}
+    }
+}
+
 /// HealthDegraded (a Warning) when the Application turned Degraded, naming
 /// the degraded objects; HealthRecovered when it is Healthy again after
 /// being Degraded. Nothing on the first status.

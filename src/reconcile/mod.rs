@@ -30,6 +30,7 @@ pub mod ownership;
 pub mod plan;
 pub mod policy;
 pub mod prepare;
+pub mod signatures;
 pub mod status;
 mod status_write;
 pub mod sync_options;
@@ -100,6 +101,24 @@ pub enum ReconcileError {
     Unreachable { cluster: String, message: String },
     #[error(transparent)]
     HealthCheck(#[from] health::CelError),
+    #[error(transparent)]
+    Signature(#[from] crate::source::git::verify::VerifyError),
+    #[error("the verification keys Secret {namespace}/{name}: {message}")]
+    VerifyKeys {
+        namespace: String,
+        name: String,
+        message: String,
+    },
+    #[error(transparent)]
+    Window(#[from] crate::operate::WindowError),
+    /// `--only` named objects the render does not hold: refused before
+    /// anything is written, the Application's status included.
+    #[error("--only {missing}: not in the render of revision {revision} (its objects: {known})")]
+    NotSelected {
+        missing: String,
+        revision: String,
+        known: String,
+    },
     #[error("failed to write the status of {app}: {source}")]
     WriteStatus {
         app: String,
@@ -128,6 +147,9 @@ impl ReconcileError {
             ReconcileError::Unreachable { .. } => true,
             ReconcileError::WriteStatus { .. } => true,
             ReconcileError::HealthCheck(_) => false,
+            ReconcileError::Signature(e) => e.is_transient(),
+            ReconcileError::VerifyKeys { .. } => false,
+            ReconcileError::Window(_) | ReconcileError::NotSelected { .. } => false,
         }
     }
 
@@ -161,6 +183,10 @@ impl ReconcileError {
             ReconcileError::Unreachable { .. } => "ClusterUnreachable",
             ReconcileError::WriteStatus { .. } => "StatusWriteFailed",
             ReconcileError::HealthCheck(_) => "InvalidHealthCheck",
+            ReconcileError::Signature(e) => e.reason(),
+            ReconcileError::VerifyKeys { .. } => "VerificationKeysInvalid",
+            ReconcileError::Window(_) => "InvalidSyncWindow",
+            ReconcileError::NotSelected { .. } => "NotSelected",
         }
     }
 }
@@ -189,6 +215,13 @@ pub struct Request {
     /// The queue event this reconcile covers: the ids of the notifications
     /// its Events cause derive from it.
     pub event_id: Option<String>,
+    /// A manual sync inside a closed sync window (`--override-window`).
+    pub override_window: bool,
+    /// A selective sync (`--only`): just these objects, no prune.
+    pub only: Vec<crate::operate::Selector>,
+    /// Who asked (a manual sync from the CLI or the dashboard), for the
+    /// history.
+    pub by: Option<String>,
 }
 
 /// What one reconcile found and did.
@@ -313,25 +346,9 @@ pub async fn reconcile(
             ..Default::default()
         });
     }
-    if app.spec.suspend && !request.dry_run {
-        let report = Report {
-            previous: app.status.as_ref(),
-            generation: app.metadata.generation,
-            revision: app.status.as_ref().and_then(|s| s.sync.revision.clone()),
-            resources: None,
-            ending: Ending::Suspended,
-            operation: None,
-            now: now(),
-            inputs: None,
-            sync_run: None,
-        };
-        let (status, status_written) = status_write::write_status(ctx, app, report).await?;
-        return Ok(Outcome {
-            status,
-            status_written,
-            ..Default::default()
-        });
-    }
+    // A pin renders its revision through the source's own path.
+    let pinned = crate::operate::pinned(app);
+    let app = pinned.as_ref().map_or(app, |(at_pin, _)| at_pin);
     let mut revision = None;
     let result = match gate(ctx, app, request).await {
         Ok(depends::Gate::Open) => sync(ctx, app, request, &events, started, &mut revision).await,
@@ -344,6 +361,7 @@ pub async fn reconcile(
     match result {
         Ok(outcome) => Ok(outcome),
         Err(error) if request.dry_run => Err(error),
+        Err(error @ ReconcileError::NotSelected { .. }) => Err(error),
         Err(error) => {
             let message = error_chain(&error);
             let reason = error.reason().to_string();
@@ -368,6 +386,8 @@ pub async fn reconcile(
                 now: now(),
                 inputs: None,
                 sync_run: None,
+                hold: None,
+                pinned: crate::operate::pinned_status(app, request.known_commit.as_deref()),
             };
             tracing::warn!(app = %prepare::owner_key(app), reason, error = %message, "reconcile failed");
             // One Warning per distinct failure, not one per retry.
@@ -422,6 +442,8 @@ async fn wait_for_dependencies(
         now: now(),
         inputs: None,
         sync_run: None,
+        hold: None,
+        pinned: crate::operate::pinned_status(app, None),
     };
     let (status, status_written) = status_write::write_status(ctx, app, report).await?;
     tracing::info!(app = %prepare::owner_key(app), %message, "not synced: a dependency is not ready");
@@ -460,10 +482,21 @@ async fn sync(
     }
     let local = ctx.client_for(&identity);
     let client = cluster.client_for(&identity);
+    let mut signature = None;
     let (revision, manifests, inputs) = if source.chart.is_some() {
         chart::render(ctx, app, &cluster, &local, request, revision_out).await?
     } else {
-        git_render(ctx, app, request, &identity, &cluster, &local, revision_out).await?
+        git_render(
+            ctx,
+            app,
+            request,
+            &identity,
+            &cluster,
+            &local,
+            revision_out,
+            &mut signature,
+        )
+        .await?
     };
     let synced = sync_rendered(
         ctx,
@@ -479,6 +512,7 @@ async fn sync(
         revision,
         manifests,
         inputs,
+        signature,
     )
     .await;
     match synced {
@@ -504,7 +538,9 @@ async fn destination(ctx: &Context, app: &Application) -> Result<Arc<Cluster>, R
     Ok(ctx.clusters.resolve(&wanted, &namespace, admin).await?)
 }
 
-/// Steps 1–2 from Git: the checkout at the revision, then its render.
+/// Steps 1–2 from Git: the checkout at the revision, its signature
+/// (`spec.source.verify`), then its render.
+#[allow(clippy::too_many_arguments)] // the steps' shared state, and what they found out
 async fn git_render(
     ctx: &Context,
     app: &Application,
@@ -513,6 +549,7 @@ async fn git_render(
     cluster: &Cluster,
     client: &kube::Client,
     revision_out: &mut Option<String>,
+    signature_out: &mut Option<crate::api::SignatureRecord>,
 ) -> Result<(String, Vec<crate::manifest::Manifest>, Inputs), ReconcileError> {
     let source = &app.spec.source;
     ctx.tenancy.check_source(&source.repo_url)?;
@@ -530,6 +567,16 @@ async fn git_render(
         .await?;
     let revision = checkout.commit.clone();
     *revision_out = Some(revision.clone());
+    // `spec.source.verify`: an unsigned commit goes no further.
+    *signature_out = signatures::verify(
+        ctx,
+        app,
+        client,
+        credentials.as_ref(),
+        &revision,
+        request.dry_run,
+    )
+    .await?;
     if !request.dry_run {
         commit_status::pending(ctx, app, request, &revision);
     }
@@ -567,6 +614,7 @@ async fn sync_rendered(
     revision: String,
     manifests: Vec<crate::manifest::Manifest>,
     inputs: Inputs,
+    signature: Option<crate::api::SignatureRecord>,
 ) -> Result<Outcome, ReconcileError> {
     let Target {
         cluster, client, ..
@@ -633,11 +681,23 @@ async fn sync_rendered(
         d.manifest.body = plan::applied_body(ignore, &d.manifest.id, &d.manifest.body, live_object);
     }
     let desired_manifests: Vec<_> = desired.iter().map(|d| d.manifest.clone()).collect();
+    // Suspended, or a closed sync window: the plan is made and shown,
+    // nothing is carried out.
+    let held = if request.dry_run {
+        None
+    } else {
+        let asked = crate::operate::Asked {
+            manual: request.manual,
+            override_window: request.override_window,
+        };
+        crate::operate::hold(&app.spec, jiff::Timestamp::now(), asked)?
+    };
     // A Git change to an object this reconcile will apply anyway needs no
     // dry run for the diff: the apply answers with the new object. A plan
     // shown, or one the policy may hold back, gets the exact diff.
-    let applies_git_changes =
-        !request.dry_run && (request.manual || app.spec.sync_policy.automated.is_some());
+    let applies_git_changes = !request.dry_run
+        && held.is_none()
+        && (request.manual || app.spec.sync_policy.automated.is_some());
     live.dry_runs = dry_run::dry_run_live(
         &client,
         &cluster.dry_runs,
@@ -680,6 +740,14 @@ async fn sync_rendered(
     let app_options = sync_options::of_application(&app.spec.sync_policy.sync_options)
         .map_err(PrepareError::from)?;
     policy::restrain(&mut decision, &live.objects, app_options, request.manual);
+    if let Some(hold) = &held {
+        policy::hold(&mut decision, &hold.label);
+    } else if !request.only.is_empty() {
+        if let Some(error) = not_selected(&plan, &request.only, &revision) {
+            return Err(error);
+        }
+        policy::select(&mut decision, &request.only);
+    }
     if app_options.create_namespace && !decision.apply.is_empty() {
         apply::create_namespace(&client, &prepare::destination_namespace(app), &desired).await?;
     }
@@ -690,12 +758,14 @@ async fn sync_rendered(
         .collect();
     let chosen: Vec<usize> = decision.apply.iter().map(|s| index[&s.id]).collect();
     let prune_targets: Vec<ObjectId> = decision.prune.iter().map(|s| s.id.clone()).collect();
-    let ordered = !hooks.is_empty()
-        || waves.iter().any(|&w| w != 0)
-        || live.objects.values().any(|o| ordering::live_wave(o) != 0)
-        || previous
-            .and_then(|s| s.sync_run.as_ref())
-            .is_some_and(|r| r.revision == revision && !r.phase.is_finished());
+    // A selective sync applies its objects as they are: no hooks, no waves.
+    let ordered = request.only.is_empty()
+        && (!hooks.is_empty()
+            || waves.iter().any(|&w| w != 0)
+            || live.objects.values().any(|o| ordering::live_wave(o) != 0)
+            || previous
+                .and_then(|s| s.sync_run.as_ref())
+                .is_some_and(|r| r.revision == revision && !r.phase.is_finished()));
     let (applied, pruned, ordered) = if ordered {
         let skipped_ids: std::collections::HashSet<ObjectId> =
             decision.skipped.iter().map(|s| s.id.clone()).collect();
@@ -705,7 +775,8 @@ async fn sync_rendered(
             events,
             revision: &revision,
             previous: previous.and_then(|s| s.sync_run.as_ref()),
-            may_sync: request.manual || app.spec.sync_policy.automated.is_some(),
+            may_sync: held.is_none()
+                && (request.manual || app.spec.sync_policy.automated.is_some()),
             manual: request.manual,
             wave_timeout: ordering::wave_timeout(app.spec.sync_policy.wave_timeout.as_deref())?,
             desired: &mut desired,
@@ -790,6 +861,8 @@ async fn sync_rendered(
             Some(held.clone())
         } else if let Some(note) = decision.notes.get(id) {
             Some(note.clone())
+        } else if is_skipped && let Some(label) = &decision.held {
+            Some(held_message(step, label))
         } else if is_skipped {
             Some(skipped_message(step, decision.prune_blocked.as_deref()))
         } else {
@@ -823,6 +896,9 @@ async fn sync_rendered(
             .count() as u32,
         duration_ms: started.elapsed().as_millis() as u64,
         finished_at: now(),
+        initiated_by: initiated_by(app, request),
+        signature: signature.clone(),
+        ..Default::default()
     });
     let note = skipped_kinds
         .first()
@@ -857,6 +933,12 @@ async fn sync_rendered(
         now: now(),
         inputs: Some(inputs),
         sync_run,
+        hold: held.map(|h| crate::api::HoldStatus {
+            reason: h.reason.into(),
+            message: h.message,
+            until: h.until.map(crate::operate::rfc3339),
+        }),
+        pinned: crate::operate::pinned_status(app, request.known_commit.as_deref()),
     };
     // What was applied is reported while the status is written: neither
     // waits for the other.
@@ -878,6 +960,7 @@ async fn sync_rendered(
     events::count_drift_corrections(ctx, &cluster.name, &plan, &applied);
     events::report_drift_detected(events, previous, &new_status).await;
     events::report_health_change(events, previous, &new_status).await;
+    events::report_hold_change(events, previous, &new_status).await;
     let requeue_after = (waiting
         || matches!(
             new_status.health.status,
@@ -904,6 +987,76 @@ fn live_object<'a>(objects: &'a HashMap<ObjectId, Value>, id: &ObjectId) -> Opti
             .find(|(k, _)| k.same_object(id))
             .map(|(_, v)| v)
     })
+}
+
+/// `--only`: the selectors that name no object of the render, as an error.
+fn not_selected(
+    plan: &plan::Plan,
+    only: &[crate::operate::Selector],
+    revision: &str,
+) -> Option<ReconcileError> {
+    let missing: Vec<String> = only
+        .iter()
+        .filter(|s| !plan.steps.iter().any(|step| s.matches(&step.id)))
+        .map(|s| s.to_string())
+        .collect();
+    if missing.is_empty() {
+        return None;
+    }
+    let known: Vec<String> = plan
+        .steps
+        .iter()
+        .filter(|s| !matches!(s.action, Action::Prune))
+        .map(|s| format!("{}/{}", s.id.kind, s.id.name))
+        .collect();
+    Some(ReconcileError::NotSelected {
+        missing: missing.join(", "),
+        revision: status::short(Some(revision)).to_string(),
+        known: known.join(", "),
+    })
+}
+
+/// Who the history says asked: a rollback's first apply of its pin, a
+/// selective sync, a manual sync someone named.
+fn initiated_by(app: &Application, request: &Request) -> Option<String> {
+    let by = |who: Option<&String>| who.map_or(String::new(), |w| format!(" by {w}"));
+    if let Some(pin) = &app.spec.pin {
+        let first = app
+            .status
+            .as_ref()
+            .and_then(|s| s.history.first())
+            .is_none_or(|h| h.revision != pin.revision);
+        if first {
+            return Some(format!("rollback{}", by(pin.by.as_ref())));
+        }
+    }
+    if !request.only.is_empty() {
+        let only: Vec<String> = request.only.iter().map(|s| s.to_string()).collect();
+        return Some(format!(
+            "sync of {}{}",
+            only.join(", "),
+            by(request.by.as_ref())
+        ));
+    }
+    request
+        .by
+        .as_ref()
+        .filter(|_| request.manual)
+        .map(|who| format!("sync by {who}"))
+}
+
+/// An object a hold left alone: what a sync would do to it.
+fn held_message(step: &plan::Step, label: &str) -> String {
+    match &step.action {
+        Action::Create { .. } => format!("{label}: would create it"),
+        Action::Update { drift, .. } if !drift.is_empty() => {
+            let fields: Vec<String> = drift.iter().take(3).map(|d| d.to_string()).collect();
+            format!("{label}: would set {}", fields.join(", "))
+        }
+        Action::Update { .. } => format!("{label}: would update it to Git's version"),
+        Action::Prune => format!("{label}: would prune it"),
+        Action::Unchanged => String::new(),
+    }
 }
 
 fn skipped_message(step: &plan::Step, prune_blocked: Option<&str>) -> String {

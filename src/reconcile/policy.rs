@@ -35,6 +35,43 @@ pub struct Decision<'a> {
     /// Objects Git no longer has that `IgnoreExtraneous` keeps out of the
     /// Application's sync status (reported, not counted).
     pub ignored: Vec<&'a Step>,
+    /// A hold (`suspended`, `sync window`): nothing was chosen, and each
+    /// object left alone says what a sync would do.
+    pub held: Option<String>,
+}
+
+/// A hold (`operate::hold`): nothing is applied or pruned; every step is
+/// left alone and reported as what it would do (`suspended: would set
+/// spec.replicas 1→5`).
+pub fn hold(decision: &mut Decision<'_>, label: &str) {
+    let apply = std::mem::take(&mut decision.apply);
+    let prune = std::mem::take(&mut decision.prune);
+    decision.skipped.extend(apply);
+    decision.skipped.extend(prune);
+    decision.held = Some(label.to_string());
+}
+
+/// A selective sync (`--only`): only the selected objects are applied,
+/// nothing is pruned; the rest is left alone and says so.
+pub fn select(decision: &mut Decision<'_>, only: &[crate::operate::Selector]) {
+    let apply = std::mem::take(&mut decision.apply);
+    for step in apply {
+        if only.iter().any(|s| s.matches(&step.id)) {
+            decision.apply.push(step);
+        } else {
+            decision
+                .notes
+                .insert(step.id.clone(), "not selected by this sync (--only)".into());
+            decision.skipped.push(step);
+        }
+    }
+    for step in std::mem::take(&mut decision.prune) {
+        decision.notes.insert(
+            step.id.clone(),
+            "not in Git; a selective sync prunes nothing".into(),
+        );
+        decision.skipped.push(step);
+    }
 }
 
 /// The prunes that the live objects' own sync options hold back
@@ -210,6 +247,43 @@ mod tests {
         let d = decide(&plan, &SyncPolicy::default(), manual, 5);
         assert_eq!(names(&d.apply), ["new", "deleted", "git", "drift"]);
         assert_eq!(names(&d.prune), ["gone"]);
+    }
+
+    #[test]
+    fn a_hold_applies_and_prunes_nothing_even_for_a_manual_sync() {
+        let plan = plan();
+        let manual = Trigger {
+            manual: true,
+            new_revision: true,
+        };
+        let mut d = decide(&plan, &policy(true, true), manual, 5);
+        hold(&mut d, "suspended");
+        assert!(d.apply.is_empty() && d.prune.is_empty());
+        assert_eq!(
+            names(&d.skipped),
+            ["new", "deleted", "git", "drift", "gone"]
+        );
+        assert_eq!(d.held.as_deref(), Some("suspended"));
+    }
+
+    #[test]
+    fn a_selective_sync_applies_the_selected_and_prunes_nothing() {
+        let plan = plan();
+        let manual = Trigger {
+            manual: true,
+            new_revision: false,
+        };
+        let mut d = decide(&plan, &SyncPolicy::default(), manual, 5);
+        let only: Vec<crate::operate::Selector> = vec![
+            "Deployment/git".parse().unwrap(),
+            "Deployment/new".parse().unwrap(),
+        ];
+        select(&mut d, &only);
+        assert_eq!(names(&d.apply), ["new", "git"]);
+        assert!(d.prune.is_empty());
+        assert_eq!(names(&d.skipped), ["deleted", "drift", "gone"]);
+        let gone = &d.skipped[2].id;
+        assert_eq!(d.notes[gone], "not in Git; a selective sync prunes nothing");
     }
 
     #[test]

@@ -3,8 +3,8 @@
 //! differs from what is there, so an in-sync reconcile writes nothing.
 
 use crate::api::{
-    ApplicationStatus, Condition, ConditionStatus, ConditionType, Health, HealthStatus,
-    OperationSummary, ResourceStatus, Sync, SyncRun, SyncStatus, set_condition,
+    ApplicationStatus, Condition, ConditionStatus, ConditionType, Health, HealthStatus, HoldStatus,
+    OperationSummary, PinnedStatus, ResourceStatus, Sync, SyncRun, SyncStatus, set_condition,
 };
 use crate::reconcile::health::worst;
 use crate::source::render::inputs::Inputs;
@@ -18,23 +18,13 @@ pub enum Ending {
         note: Option<String>,
     },
     /// Bad input: waits for a change in Git or in the Application.
-    Stalled {
-        reason: String,
-        message: String,
-    },
+    Stalled { reason: String, message: String },
     /// A passing fault: retried with backoff.
-    Retrying {
-        reason: String,
-        message: String,
-    },
-    Suspended,
+    Retrying { reason: String, message: String },
     /// Not synced as far as it could be, on purpose: a sync wave or hook
     /// holds it (Progressing), or a dependency is not ready (the last
     /// comparison and its sync status stay as they are).
-    Waiting {
-        reason: String,
-        message: String,
-    },
+    Waiting { reason: String, message: String },
 }
 
 #[derive(Clone)]
@@ -54,6 +44,10 @@ pub struct Report<'a> {
     pub inputs: Option<Inputs>,
     /// The ordered sync (waves and hooks) to record; None keeps the last.
     pub sync_run: Option<SyncRun>,
+    /// What held this reconcile back on purpose (`status.hold`).
+    pub hold: Option<HoldStatus>,
+    /// The pin it followed (`status.pinned`).
+    pub pinned: Option<PinnedStatus>,
 }
 
 pub fn build(report: Report<'_>) -> ApplicationStatus {
@@ -65,6 +59,8 @@ pub fn build(report: Report<'_>) -> ApplicationStatus {
         operation: report.operation.clone().or(previous.operation.clone()),
         history: previous.history.clone(),
         sync_run: report.sync_run.clone().or(previous.sync_run.clone()),
+        hold: report.hold.clone(),
+        pinned: report.pinned.clone(),
         source_inputs: report
             .inputs
             .as_ref()
@@ -94,7 +90,9 @@ pub fn build(report: Report<'_>) -> ApplicationStatus {
         }
     }
     if let Some(operation) = &report.operation {
-        status.history.insert(0, operation.clone());
+        let mut operation = operation.clone();
+        operation.id = previous.history.first().map_or(1, |h| h.id + 1);
+        status.history.insert(0, operation);
         status.history.truncate(crate::api::HISTORY_LIMIT);
     }
     let compared = report.resources.is_some();
@@ -143,9 +141,39 @@ pub fn build(report: Report<'_>) -> ApplicationStatus {
     {
         status.last_applied_revision = report.revision.clone();
     }
+    // The newest history entry of this revision was Synced and Healthy
+    // after it: a revision `setpoint app rollback` may go back to.
+    if sync == Sync::Synced
+        && health == Health::Healthy
+        && matches!(report.ending, Ending::Done { out_of_sync: 0, .. })
+        && let Some(entry) = status
+            .history
+            .iter_mut()
+            .find(|h| Some(&h.revision) == report.revision.as_ref())
+    {
+        entry.healthy = true;
+    }
 
     let rev = short(report.revision.as_deref());
     let (ready, reconciling, stalled) = match &report.ending {
+        // Held on purpose (suspended, a sync window): not ready, nothing
+        // to wait for; says what it would change.
+        Ending::Done { out_of_sync, .. } if report.hold.is_some() => {
+            let hold = report.hold.as_ref().expect("matched");
+            let message = if *out_of_sync == 0 {
+                hold.message.clone()
+            } else {
+                format!(
+                    "{}; {out_of_sync} object(s) differ from revision {rev} and were left alone",
+                    hold.message
+                )
+            };
+            (
+                cond(false, &hold.reason, message),
+                cond(false, &hold.reason, String::new()),
+                cond(false, &hold.reason, String::new()),
+            )
+        }
         Ending::Done { out_of_sync: 0, .. } => match health {
             Health::Healthy => (
                 cond(
@@ -213,15 +241,6 @@ pub fn build(report: Report<'_>) -> ApplicationStatus {
             cond(false, reason, message.clone()),
             cond(true, reason, message.clone()),
             cond(false, reason, String::new()),
-        ),
-        Ending::Suspended => (
-            cond(
-                false,
-                "Suspended",
-                "spec.suspend is true: nothing is applied".into(),
-            ),
-            cond(false, "Suspended", String::new()),
-            cond(false, "Suspended", String::new()),
         ),
     };
     for (type_, (is_true, reason, message)) in [
@@ -293,6 +312,8 @@ mod tests {
             operation: None,
             inputs: None,
             sync_run: None,
+            hold: None,
+            pinned: None,
             now: now.into(),
         })
     }
@@ -313,6 +334,8 @@ mod tests {
                 operation: None,
                 inputs,
                 sync_run: None,
+                hold: None,
+                pinned: None,
                 now: "t".into(),
             })
         };
@@ -390,6 +413,7 @@ mod tests {
                 unchanged: 0,
                 duration_ms: 5,
                 finished_at: format!("t{i}"),
+                ..Default::default()
             };
             status = build(Report {
                 previous: Some(&status),
@@ -403,6 +427,8 @@ mod tests {
                 operation: Some(operation),
                 inputs: None,
                 sync_run: None,
+                hold: None,
+                pinned: None,
                 now: format!("t{i}"),
             });
         }
@@ -424,6 +450,8 @@ mod tests {
             operation: None,
             inputs: None,
             sync_run: None,
+            hold: None,
+            pinned: None,
             now: "t12".into(),
         });
         assert_eq!(unchanged.history, status.history);
@@ -451,6 +479,8 @@ mod tests {
             operation: None,
             inputs: None,
             sync_run: None,
+            hold: None,
+            pinned: None,
             now: "t2".into(),
         });
         assert_eq!(stalled.sync.status, Sync::Unknown);
@@ -481,6 +511,8 @@ mod tests {
                 operation: None,
                 inputs: None,
                 sync_run: None,
+                hold: None,
+                pinned: None,
                 now: "t1".into(),
             })
         };
@@ -495,7 +527,6 @@ mod tests {
                 reason: "RevisionNotFound".into(),
                 message: "no such branch".into(),
             },
-            Ending::Suspended,
         ] {
             let status = failing(None, ending.clone());
             assert_eq!(status.health.status, Health::Unknown, "{ending:?}");
@@ -530,6 +561,8 @@ mod tests {
             operation: None,
             inputs: None,
             sync_run: None,
+            hold: None,
+            pinned: None,
             now: "t0".into(),
         });
         assert_eq!(empty.health.status, Health::Healthy);
@@ -559,6 +592,8 @@ mod tests {
             operation: None,
             inputs: None,
             sync_run: None,
+            hold: None,
+            pinned: None,
             now: "t".into(),
         });
         assert_eq!(status.health.status, Health::Progressing);
@@ -596,6 +631,8 @@ mod tests {
             operation: None,
             inputs: None,
             sync_run: None,
+            hold: None,
+            pinned: None,
             now: "t2".into(),
         });
         assert_eq!(waiting.sync, done.sync);
@@ -617,6 +654,8 @@ mod tests {
             operation: None,
             inputs: None,
             sync_run: None,
+            hold: None,
+            pinned: None,
             now: "t".into(),
         });
         assert_eq!(first.sync.status, Sync::Unknown);

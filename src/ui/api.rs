@@ -51,20 +51,26 @@ async fn application(
 }
 
 #[derive(Deserialize, Default)]
-struct Csrf {
+struct ActQuery {
     #[serde(default)]
     csrf: String,
+    /// Rollback's target: a history id or a commit id (none: the last
+    /// revision that was Synced and Healthy before the current one).
+    #[serde(default)]
+    revision: Option<String>,
 }
 
-/// `POST /api/v1/applications/{namespace}/{name}/sync|refresh`: with a
-/// cookie it needs the page's CSRF token (`?csrf=` or `X-CSRF-Token`); with
-/// an `Authorization` header (which a page on another origin cannot send)
-/// it does not.
+/// `POST /api/v1/applications/{namespace}/{name}/sync|refresh|rollback|suspend|resume`:
+/// with a cookie it needs the page's CSRF token (`?csrf=` or
+/// `X-CSRF-Token`); with an `Authorization` header (which a page on another
+/// origin cannot send) it does not. 202 when an event was published (with
+/// its id; a rollback also names the revision pinned), 200 for a write
+/// alone (suspend, resume).
 async fn act(
     req: HttpRequest,
     state: web::Data<UiState>,
     path: web::Path<(String, String, Action)>,
-    query: web::Query<Csrf>,
+    query: web::Query<ActQuery>,
 ) -> Result<HttpResponse, UiError> {
     let viewer = state.auth.viewer(&req).await?;
     let presented = req
@@ -76,11 +82,19 @@ async fn act(
         return Err(UiError::Csrf);
     }
     let (namespace, name, action) = path.into_inner();
-    let event = state
-        .act(&viewer, &AppKey::new(namespace, name), action)
+    let acted = state
+        .act(
+            &viewer,
+            &AppKey::new(namespace, name),
+            action,
+            query.revision.as_deref(),
+        )
         .await?;
-    Ok(HttpResponse::Accepted()
-        .json(serde_json::json!({ "event": event.id, "action": action.as_str() })))
+    let mut response = match acted.event {
+        Some(_) => HttpResponse::Accepted(),
+        None => HttpResponse::Ok(),
+    };
+    Ok(response.json(acted))
 }
 
 /// The deliveries `viewer` may see: every one when it may list

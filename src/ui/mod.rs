@@ -4,19 +4,22 @@
 //! the Events watch of `history.rs`, the webhook's recent deliveries); the
 //! API server is asked only who the viewer is and what they may read
 //! (`auth.rs`, cached), and a Sync or Refresh button publishes an event on
-//! the queue like any other source.
+//! the queue like any other source. Rollback, Suspend and Resume write the
+//! Application's spec (`operate.rs`), a rollback then publishes a sync.
 //!
 //! - `view.rs`: pure: filter, count and page the list; one Application's view
 //! - `pages.rs`: the HTML, server-rendered (no JavaScript needed)
 //! - `api.rs`: the same as JSON under `/api/v1/`
 //! - `live.rs`: Server-Sent Events, one stream per page
 //! - `auth.rs`: TokenReview, SubjectAccessReview, CSRF tokens
+//! - `operate.rs`: what Rollback, Suspend and Resume write, and the writes
 //! - `assets/`: the stylesheet and the small script, embedded
 
 pub mod api;
 pub mod auth;
 pub mod history;
 pub mod live;
+pub mod operate;
 pub mod pages;
 pub mod view;
 
@@ -70,6 +73,18 @@ pub enum UiError {
         #[source]
         source: crate::queue::QueueError,
     },
+    #[error("cannot roll back {app}: {message}")]
+    Rollback { app: AppKey, message: String },
+    #[error(
+        "{named:?} is no history id or commit id of this Application: name a history id or a commit id (the dashboard does not run git)"
+    )]
+    NamedRevision { named: String },
+    #[error("failed to patch Application {app}: {source}")]
+    Write {
+        app: AppKey,
+        #[source]
+        source: kube::Error,
+    },
 }
 
 impl UiError {
@@ -82,6 +97,10 @@ impl UiError {
             // does not exist.
             UiError::NotFound(_) => StatusCode::NOT_FOUND,
             UiError::NoQueue | UiError::Publish { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            UiError::Rollback { .. } => StatusCode::CONFLICT,
+            UiError::NamedRevision { .. } => StatusCode::BAD_REQUEST,
+            // Setpoint's own write failed (its RBAC, the API server).
+            UiError::Write { .. } => StatusCode::BAD_GATEWAY,
         }
     }
 }
@@ -138,6 +157,9 @@ pub struct UiState(Arc<Inner>);
 pub struct Inner {
     pub store: Store<Application>,
     pub auth: Authorizer,
+    /// The process's own client: Rollback, Suspend and Resume write the
+    /// Application with it, once `auth` allowed the viewer to patch it.
+    pub client: kube::Client,
     /// Where Sync and Refresh publish; none in a process without a queue.
     pub queue: Option<Arc<dyn Queue>>,
     pub updates: broadcast::Sender<Update>,
@@ -157,6 +179,7 @@ impl UiState {
     pub fn new(
         store: Store<Application>,
         auth: Authorizer,
+        client: kube::Client,
         queue: Option<Arc<dyn Queue>>,
         deliveries: RecentDeliveries,
         queue_state: QueueState,
@@ -165,6 +188,7 @@ impl UiState {
         Self(Arc::new(Inner {
             store,
             auth,
+            client,
             queue,
             updates,
             history: History::default(),
@@ -223,14 +247,18 @@ impl UiState {
         ))
     }
 
-    /// Publishes a manual sync (`sync`) or a reconcile under the sync
-    /// policy (`refresh`, as the sweep's) of an Application `viewer` may patch.
+    /// What `viewer` asks of an Application it may patch: publishes a
+    /// manual sync (`sync`) or a reconcile under the sync policy
+    /// (`refresh`, as the sweep's); writes `spec.suspend` (`suspend`,
+    /// `resume`, which also drops a pin); pins a past revision (`rollback`,
+    /// to `wanted` or the last healthy one) and publishes its sync.
     pub async fn act(
         &self,
         viewer: &Viewer,
         key: &AppKey,
         action: Action,
-    ) -> Result<Event, UiError> {
+        wanted: Option<&str>,
+    ) -> Result<Acted, UiError> {
         if !self.auth.allowed(viewer, &key.namespace, Verb::Get).await?
             || self
                 .store
@@ -250,11 +278,36 @@ impl UiState {
                 namespace: key.namespace.clone(),
             });
         }
-        let queue = self.queue.as_ref().ok_or(UiError::NoQueue)?;
+        let mut acted = Acted {
+            action: action.as_str(),
+            ..Default::default()
+        };
         let cause = match action {
             Action::Sync => Cause::Manual,
             Action::Refresh => Cause::Sweep,
+            Action::Suspend | Action::Resume => {
+                let change = if action == Action::Suspend {
+                    operate::Change::Suspend
+                } else {
+                    operate::Change::Resume
+                };
+                operate::write(&self.client, key, &change).await?;
+                tracing::info!(app = %key, user = %viewer.username, action = action.as_str(), "written from the dashboard");
+                return Ok(acted);
+            }
+            Action::Rollback => {
+                // Nothing is written that no sync would follow.
+                self.queue.as_ref().ok_or(UiError::NoQueue)?;
+                let pin = operate::rollback(&self.client, key, wanted, &viewer.username).await?;
+                if !operate::indexed(&self.store, key, &pin, operate::INDEX_WAIT).await {
+                    tracing::warn!(app = %key, "the index does not show the pin yet; the sync may render the revision before it (the spec change reconciles again)");
+                }
+                acted.revision = Some(pin.revision);
+                acted.history_id = pin.history_id;
+                Cause::Manual
+            }
         };
+        let queue = self.queue.as_ref().ok_or(UiError::NoQueue)?;
         let event = Event::new(key.clone(), cause);
         queue
             .publish(&event)
@@ -263,9 +316,31 @@ impl UiState {
                 app: key.clone(),
                 source,
             })?;
-        tracing::info!(app = %key, user = %viewer.username, action = action.as_str(), event = %event.id, "requested from the dashboard");
-        Ok(event)
+        tracing::info!(
+            app = %key,
+            user = %viewer.username,
+            action = action.as_str(),
+            revision = acted.revision.as_deref().unwrap_or(""),
+            history_id = acted.history_id,
+            event = %event.id,
+            "requested from the dashboard"
+        );
+        acted.event = Some(event.id);
+        Ok(acted)
     }
+}
+
+/// What an action did: the event it published, the revision it pinned.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Acted {
+    pub action: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub event: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub revision: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub history_id: Option<u64>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
@@ -273,6 +348,9 @@ impl UiState {
 pub enum Action {
     Sync,
     Refresh,
+    Rollback,
+    Suspend,
+    Resume,
 }
 
 impl Action {
@@ -280,6 +358,9 @@ impl Action {
         match self {
             Action::Sync => "sync",
             Action::Refresh => "refresh",
+            Action::Rollback => "rollback",
+            Action::Suspend => "suspend",
+            Action::Resume => "resume",
         }
     }
 }
@@ -356,6 +437,9 @@ async fn app_page(
     let notice = match notice.notice.as_deref() {
         Some("sync") => Some("Sync requested: it appears here when the reconcile ends."),
         Some("refresh") => Some("Refresh requested."),
+        Some("rollback") => Some("Rolled back: pinned to the revision below, its sync requested."),
+        Some("suspend") => Some("Suspended: nothing is applied, pruned or corrected until Resume."),
+        Some("resume") => Some("Resumed: it follows its target revision again."),
         _ => None,
     };
     Ok(html(pages::app(
@@ -370,6 +454,9 @@ async fn app_page(
 struct ActionForm {
     #[serde(default)]
     csrf: String,
+    /// Rollback's: a history id or a commit id (empty: the last healthy).
+    #[serde(default)]
+    revision: Option<String>,
 }
 
 async fn action_form(
@@ -384,7 +471,9 @@ async fn action_form(
     }
     let (namespace, name, action) = path.into_inner();
     let key = AppKey::new(namespace, name);
-    state.act(&viewer, &key, action).await?;
+    state
+        .act(&viewer, &key, action, form.revision.as_deref())
+        .await?;
     let location = format!(
         "/applications/{}/{}?notice={}",
         view::encode_component(&key.namespace),
@@ -488,7 +577,7 @@ pub fn start(
     if settings.auth == AuthMode::None {
         tracing::warn!(
             listen = %settings.listen,
-            "the dashboard runs with --ui-auth none: anyone who reaches it sees every Application and may sync it"
+            "the dashboard runs with --ui-auth none: anyone who reaches it sees every Application and may sync, roll back or suspend it"
         );
     }
     tasks.spawn(live::watch_index(

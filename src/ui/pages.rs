@@ -5,7 +5,7 @@
 
 use std::fmt::Write as _;
 
-use super::view::{AppView, ListQuery, ListView, NO_SET, encode_component};
+use super::view::{AppView, ListQuery, ListView, NO_SET, PinView, encode_component};
 use super::{Delivery, QueueState};
 
 /// Escapes text for HTML content and attribute values.
@@ -175,13 +175,14 @@ pub fn list(view: &ListView, query: &ListQuery, viewer: &str) -> String {
             .unwrap_or_default();
         let _ = write!(
             main,
-            r#"<tr data-app="{ns}/{name}"><td>{ns}</td><td><a href="/applications/{ens}/{ename}">{name}</a></td><td class="cluster">{cluster}</td><td class="set">{set}</td><td class="sync">{sync}</td><td class="health">{health}</td><td>{revision}</td><td>{last}</td><td class="message">{message}</td></tr>"#,
+            r#"<tr data-app="{ns}/{name}"><td>{ns}</td><td><a href="/applications/{ens}/{ename}">{name}</a></td><td class="cluster">{cluster}</td><td class="set">{set}</td><td class="sync">{sync}{marks}</td><td class="health">{health}</td><td>{revision}</td><td>{last}</td><td class="message">{message}</td></tr>"#,
             ns = escape(&row.namespace),
             name = escape(&row.name),
             cluster = escape(&row.cluster),
             ens = encode_component(&row.namespace),
             ename = encode_component(&row.name),
             sync = badge(&row.sync),
+            marks = held(row.suspended, row.pinned.as_deref()),
             health = badge(&row.health),
             last = escape(row.last_sync.as_deref().unwrap_or("")),
             message = escape(&row.message),
@@ -249,13 +250,9 @@ pub fn app(view: &AppView, viewer: &str, csrf: &str, notice: Option<&str>) -> St
         );
     }
     if view.can_patch {
-        let _ = write!(
-            main,
-            r#"<div class="actions"><form method="post" action="{base}/sync" class="inline"><input type="hidden" name="csrf" value="{csrf}"><button type="submit" id="sync">Sync</button></form>
-<form method="post" action="{base}/refresh" class="inline"><input type="hidden" name="csrf" value="{csrf}"><button type="submit" id="refresh">Refresh</button></form></div>"#,
-            csrf = escape(csrf)
-        );
+        main.push_str(&actions(view, &base, csrf));
     }
+    main.push_str(&operation(view));
     let revision = match (&view.revision, &view.revision_url) {
         (Some(rev), Some(url)) => format!(
             r#"<a href="{}"><code>{}</code></a>"#,
@@ -361,20 +358,7 @@ pub fn app(view: &AppView, viewer: &str, csrf: &str, notice: Option<&str>) -> St
         main.push_str(r#"<tr><td colspan="5" class="empty">No drift corrected since this process started.</td></tr>"#);
     }
     main.push_str("</tbody></table></section>");
-    main.push_str(r#"<section><h2>Last operations</h2><table id="operations"><thead><tr><th>Finished</th><th>Revision</th><th>Applied</th><th>Pruned</th><th>Unchanged</th><th>Duration</th></tr></thead><tbody>"#);
-    for op in &view.operations {
-        let _ = write!(
-            main,
-            "<tr><td>{}</td><td><code>{}</code></td><td>{}</td><td>{}</td><td>{}</td><td>{} ms</td></tr>",
-            escape(&op.finished_at),
-            escape(&op.revision.chars().take(7).collect::<String>()),
-            op.applied,
-            op.pruned,
-            op.unchanged,
-            op.duration_ms
-        );
-    }
-    main.push_str("</tbody></table></section>");
+    main.push_str(&operations(view, &base, csrf));
     main.push_str(r#"<section><h2>Events</h2><table id="events"><thead><tr><th>When</th><th>Type</th><th>Reason</th><th>Note</th></tr></thead><tbody>"#);
     for event in &view.events {
         let _ = write!(
@@ -398,6 +382,219 @@ pub fn app(view: &AppView, viewer: &str, csrf: &str, notice: Option<&str>) -> St
         Some(&live),
         &main,
     )
+}
+
+/// A list row's marks: suspended, pinned to a revision.
+fn held(suspended: bool, pinned: Option<&str>) -> String {
+    let mut marks = String::new();
+    if suspended {
+        marks.push_str(r#" <span class="badge held">suspended</span>"#);
+    }
+    if let Some(revision) = pinned {
+        let _ = write!(
+            marks,
+            r#" <span class="badge held">pinned {}</span>"#,
+            escape(revision)
+        );
+    }
+    marks
+}
+
+/// One button of the actions, a form of its own (with the CSRF token, and
+/// Rollback's revision).
+fn button(
+    base: &str,
+    csrf: &str,
+    action: &str,
+    id: &str,
+    label: &str,
+    revision: Option<&str>,
+) -> String {
+    let revision = revision
+        .map(|r| {
+            format!(
+                r#"<input type="hidden" name="revision" value="{}">"#,
+                escape(r)
+            )
+        })
+        .unwrap_or_default();
+    format!(
+        r#"<form method="post" action="{base}/{action}" class="inline"><input type="hidden" name="csrf" value="{}">{revision}<button type="submit" id="{id}">{}</button></form>"#,
+        escape(csrf),
+        escape(label)
+    )
+}
+
+/// Sync, Refresh, Rollback (to the revision it would pick, named on the
+/// button, so the one pressed is the one pinned), Suspend or Resume.
+fn actions(view: &AppView, base: &str, csrf: &str) -> String {
+    let mut html = String::from(r#"<div class="actions">"#);
+    html.push_str(&button(base, csrf, "sync", "sync", "Sync", None));
+    html.push_str(&button(base, csrf, "refresh", "refresh", "Refresh", None));
+    match (&view.rollback.history_id, &view.rollback.revision) {
+        (Some(id), Some(revision)) => html.push_str(&button(
+            base,
+            csrf,
+            "rollback",
+            "rollback",
+            &format!("Roll back to #{id} ({})", short(revision)),
+            Some(&id.to_string()),
+        )),
+        _ => {
+            let why = view.rollback.refused.as_deref().unwrap_or("");
+            let _ = write!(
+                html,
+                r#"<button type="button" id="rollback" disabled title="{}">Roll back</button>"#,
+                escape(why)
+            );
+        }
+    }
+    if !view.suspend {
+        html.push_str(&button(base, csrf, "suspend", "suspend", "Suspend", None));
+    }
+    if view.suspend || view.pin.is_some() {
+        html.push_str(&button(base, csrf, "resume", "resume", "Resume", None));
+    }
+    html.push_str("</div>");
+    html
+}
+
+fn short(revision: &str) -> String {
+    revision.chars().take(7).collect()
+}
+
+fn revision_code(revision: &str, url: Option<&str>) -> String {
+    match url {
+        Some(url) => format!(
+            r#"<a href="{}"><code>{}</code></a>"#,
+            escape(url),
+            escape(&short(revision))
+        ),
+        None => format!("<code>{}</code>", escape(&short(revision))),
+    }
+}
+
+/// Pinned: the revision, who and when, a newer commit not applied.
+pub fn pin_line(pin: &PinView) -> String {
+    let mut line = format!(
+        "Pinned to {}",
+        revision_code(&pin.revision, pin.revision_url.as_deref())
+    );
+    if let Some(id) = pin.history_id {
+        let _ = write!(line, " (history #{id})");
+    }
+    if let Some(by) = &pin.by {
+        let _ = write!(line, " by {}", escape(by));
+    }
+    if let Some(at) = &pin.at {
+        let _ = write!(line, " at {}", escape(at));
+    }
+    if !pin.followed {
+        line.push_str(" · not applied yet");
+    }
+    if let Some(newer) = &pin.newer_revision {
+        let _ = write!(
+            line,
+            " · newer commit <code>{}</code> not applied",
+            escape(&short(newer))
+        );
+    }
+    line.push_str(" · Resume follows the target revision again");
+    line
+}
+
+/// Whether the Application is held back (suspended, a sync window) or
+/// pinned, and until when; nothing when it is neither.
+fn operation(view: &AppView) -> String {
+    let mut lines = Vec::new();
+    if view.suspend {
+        let message = view
+            .hold
+            .as_ref()
+            .filter(|h| h.reason == crate::operate::SUSPENDED)
+            .map(|h| h.message.clone())
+            .unwrap_or_else(|| "nothing is applied, pruned or corrected until Resume".into());
+        lines.push(format!(
+            r#"<p id="app-suspended" class="hold"><strong>Suspended</strong>: {}</p>"#,
+            escape(&message)
+        ));
+    }
+    if let Some(hold) = view
+        .hold
+        .as_ref()
+        .filter(|h| h.reason != crate::operate::SUSPENDED)
+    {
+        let until = hold
+            .until
+            .as_deref()
+            .map(|u| format!(" (until {})", escape(u)))
+            .unwrap_or_default();
+        lines.push(format!(
+            r#"<p id="app-hold" class="hold"><strong>Held</strong> ({}): {}{until}</p>"#,
+            escape(&hold.reason),
+            escape(&hold.message)
+        ));
+    }
+    if let Some(pin) = &view.pin {
+        lines.push(format!(
+            r#"<p id="app-pinned" class="hold">{}</p>"#,
+            pin_line(pin)
+        ));
+    }
+    lines.concat()
+}
+
+/// The history (`status.history`): id, revision, whether it became
+/// healthy, who asked; with patch rights, a Roll back button on each entry
+/// of another revision than the one applied.
+fn operations(view: &AppView, base: &str, csrf: &str) -> String {
+    let mut html = String::from(
+        r#"<section><h2>Last operations</h2><table id="operations"><thead><tr><th>#</th><th>Finished</th><th>Revision</th><th>Healthy</th><th>Initiated by</th><th>Applied</th><th>Pruned</th><th>Unchanged</th><th>Duration</th>"#,
+    );
+    if view.can_patch {
+        html.push_str("<th></th>");
+    }
+    html.push_str("</tr></thead><tbody>");
+    for op in &view.operations {
+        let _ = write!(
+            html,
+            r#"<tr data-history="{}"><td>{}</td><td>{}</td><td><code>{}</code></td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{} ms</td>"#,
+            op.id,
+            op.id,
+            escape(&op.finished_at),
+            escape(&short(&op.revision)),
+            if op.healthy { "yes" } else { "" },
+            escape(op.initiated_by.as_deref().unwrap_or("")),
+            op.applied,
+            op.pruned,
+            op.unchanged,
+            op.duration_ms
+        );
+        if view.can_patch {
+            html.push_str("<td>");
+            if view.revision.as_deref() != Some(op.revision.as_str()) {
+                html.push_str(&button(
+                    base,
+                    csrf,
+                    "rollback",
+                    &format!("rollback-{}", op.id),
+                    "Roll back",
+                    Some(&op.id.to_string()),
+                ));
+            }
+            html.push_str("</td>");
+        }
+        html.push_str("</tr>");
+    }
+    if view.operations.is_empty() {
+        let columns = if view.can_patch { 10 } else { 9 };
+        let _ = write!(
+            html,
+            r#"<tr><td colspan="{columns}" class="empty">No operation recorded yet.</td></tr>"#
+        );
+    }
+    html.push_str("</tbody></table></section>");
+    html
 }
 
 /// The last webhook deliveries and the queue.
@@ -481,6 +678,8 @@ mod tests {
             revision_url: None,
             last_sync: None,
             message: String::new(),
+            suspended: false,
+            pinned: None,
         }
     }
 
@@ -512,6 +711,138 @@ mod tests {
         assert!(page.contains(r#"<td class="set"></td>"#), "{page}");
         assert!(page.contains(r#"<select name="appset" id="filter-appset"><option value="">any</option><option value="-">no set</option><option value="api">api</option><option value="web" selected>web</option></select>"#), "{page}");
         assert!(page.contains(r#"href="/?appset=web&amp;page=2""#), "{page}");
+    }
+
+    /// An Application after a bad revision 2, with 1 the healthy one.
+    fn operated(can_patch: bool, edit: impl FnOnce(&mut crate::api::Application)) -> AppView {
+        use crate::api::{Application, ApplicationSpec, ApplicationStatus, OperationSummary};
+        let mut app = Application::new("web", ApplicationSpec::default());
+        app.metadata.namespace = Some("team".into());
+        app.spec.source.repo_url = "https://github.com/org/repo.git".into();
+        let mut status = ApplicationStatus::default();
+        status.sync.revision = Some("b".repeat(40));
+        status.history = vec![
+            OperationSummary {
+                id: 2,
+                revision: "b".repeat(40),
+                initiated_by: Some("<script>".into()),
+                ..Default::default()
+            },
+            OperationSummary {
+                id: 1,
+                revision: "a".repeat(40),
+                healthy: true,
+                ..Default::default()
+            },
+        ];
+        app.status = Some(status);
+        edit(&mut app);
+        crate::ui::view::app(&app, vec![], vec![], can_patch)
+    }
+
+    #[test]
+    fn the_buttons_are_for_those_who_may_patch_and_rollback_names_its_revision() {
+        let page = app(&operated(true, |_| {}), "me", "tok", None);
+        assert!(
+            page.contains(r#"action="/applications/team/web/rollback""#),
+            "{page}"
+        );
+        assert!(
+            page.contains(r#"<input type="hidden" name="csrf" value="tok"><input type="hidden" name="revision" value="1"><button type="submit" id="rollback">Roll back to #1 (aaaaaaa)</button>"#),
+            "{page}"
+        );
+        assert!(page.contains(r#"id="suspend""#) && !page.contains(r#"id="resume""#));
+        // One Roll back per entry of another revision than the current one.
+        assert!(page.contains(r#"id="rollback-1""#) && !page.contains(r#"id="rollback-2""#));
+        assert!(
+            page.contains("<th>Healthy</th><th>Initiated by</th>"),
+            "{page}"
+        );
+        assert!(page.contains("<td>&lt;script&gt;</td>") && !page.contains("<td><script>"));
+        let read_only = app(&operated(false, |_| {}), "me", "tok", None);
+        for id in ["rollback", "suspend", "resume", "sync"] {
+            assert!(
+                !read_only.contains(&format!(r#"id="{id}""#)),
+                "{id}: {read_only}"
+            );
+        }
+        assert!(!read_only.contains("/rollback\""), "{read_only}");
+        // No healthy entry to go back to: the button says why, disabled.
+        let none = app(
+            &operated(true, |a| a.status.as_mut().unwrap().history.truncate(1)),
+            "me",
+            "tok",
+            None,
+        );
+        assert!(
+            none.contains(
+                r#"<button type="button" id="rollback" disabled title="no earlier revision"#
+            ),
+            "{none}"
+        );
+    }
+
+    #[test]
+    fn suspended_and_pinned_say_so_with_the_hold_and_the_newer_commit() {
+        let view = operated(true, |a| {
+            a.spec.suspend = true;
+            a.spec.pin = Some(crate::api::Pin {
+                revision: "a".repeat(40),
+                by: Some("alice".into()),
+                at: Some("2026-12-07T12:00:00Z".into()),
+                history_id: Some(1),
+            });
+            let status = a.status.as_mut().unwrap();
+            status.hold = Some(crate::api::HoldStatus {
+                reason: "Suspended".into(),
+                message: "spec.suspend is true: nothing is applied".into(),
+                until: None,
+            });
+            status.pinned = Some(crate::api::PinnedStatus {
+                revision: "a".repeat(40),
+                newer_revision: Some("c".repeat(40)),
+                ..Default::default()
+            });
+        });
+        let page = app(&view, "me", "tok", None);
+        assert!(
+            page.contains(r#"<p id="app-suspended" class="hold"><strong>Suspended</strong>: spec.suspend is true: nothing is applied</p>"#),
+            "{page}"
+        );
+        let line = pin_line(view.pin.as_ref().unwrap());
+        assert_eq!(
+            line,
+            format!(
+                r#"Pinned to <a href="https://github.com/org/repo/commit/{a}"><code>aaaaaaa</code></a> (history #1) by alice at 2026-12-07T12:00:00Z · newer commit <code>ccccccc</code> not applied · Resume follows the target revision again"#,
+                a = "a".repeat(40)
+            )
+        );
+        assert!(page.contains(&line));
+        assert!(page.contains(r#"id="resume""#) && !page.contains(r#"id="suspend""#));
+
+        // A closed window: the hold's reason, message and until.
+        let window = operated(true, |a| {
+            a.status.as_mut().unwrap().hold = Some(crate::api::HoldStatus {
+                reason: "SyncWindow".into(),
+                message: "syncs wait: inside the deny window".into(),
+                until: Some("2026-12-07T13:00:00Z".into()),
+            });
+        });
+        let page = app(&window, "me", "tok", None);
+        assert!(
+            page.contains(r#"<p id="app-hold" class="hold"><strong>Held</strong> (SyncWindow): syncs wait: inside the deny window (until 2026-12-07T13:00:00Z)</p>"#),
+            "{page}"
+        );
+        assert!(!page.contains("app-suspended") && !page.contains("app-pinned"));
+    }
+
+    #[test]
+    fn list_rows_mark_suspended_and_pinned() {
+        assert_eq!(held(false, None), "");
+        assert_eq!(
+            held(true, Some("abc1234")),
+            r#" <span class="badge held">suspended</span> <span class="badge held">pinned abc1234</span>"#
+        );
     }
 
     #[test]

@@ -7,8 +7,11 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::api::{Application, Condition, Health, OperationSummary, ResourceStatus, Sync};
+use crate::api::{
+    Application, Condition, Health, HoldStatus, OperationSummary, ResourceStatus, Sync,
+};
 use crate::appset::SET_LABEL;
+use crate::operate::rollback::{self, Choice};
 use crate::source::repo_url::{display_url, normalize_url};
 
 /// The default and the largest page.
@@ -106,6 +109,12 @@ pub struct Row {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub last_sync: Option<String>,
     pub message: String,
+    /// `spec.suspend`.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub suspended: bool,
+    /// The revision `spec.pin` holds it at, short.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pinned: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -258,6 +267,8 @@ fn row(app: &Application) -> Row {
             .and_then(|s| s.operation.as_ref())
             .map(|o| o.finished_at.clone()),
         message: message_of(app),
+        suspended: app.spec.suspend,
+        pinned: app.spec.pin.as_ref().map(|p| short(&p.revision)),
     }
 }
 
@@ -445,8 +456,82 @@ pub struct AppView {
     pub drift: Vec<DriftRecord>,
     pub operations: Vec<OperationSummary>,
     pub events: Vec<EventRecord>,
-    /// Whether the viewer may sync and refresh it.
+    /// Whether the viewer may sync, refresh, roll back, suspend and resume
+    /// it.
     pub can_patch: bool,
+    /// Why the last reconcile applied nothing on purpose (`status.hold`).
+    pub hold: Option<HoldStatus>,
+    /// The past revision it is held at (`spec.pin`).
+    pub pin: Option<PinView>,
+    /// Where Rollback goes without a revision named, or why it cannot.
+    pub rollback: RollbackView,
+}
+
+/// `spec.pin`, with what the last reconcile said of it (`status.pinned`).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PinView {
+    pub revision: String,
+    pub revision_url: Option<String>,
+    pub by: Option<String>,
+    pub at: Option<String>,
+    pub history_id: Option<u64>,
+    /// Whether a reconcile has followed this pin yet.
+    pub followed: bool,
+    /// A newer commit of `targetRevision` that is not applied.
+    pub newer_revision: Option<String>,
+}
+
+/// The default target of Rollback (`operate::rollback::choose` without a
+/// revision): a history entry, or the reason there is none.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RollbackView {
+    pub history_id: Option<u64>,
+    pub revision: Option<String>,
+    pub refused: Option<String>,
+}
+
+/// The pin of `app`, with the newer revision the last reconcile of the
+/// same pin recorded.
+pub fn pin_of(app: &Application) -> Option<PinView> {
+    let pin = app.spec.pin.as_ref()?;
+    let pinned = app
+        .status
+        .as_ref()
+        .and_then(|s| s.pinned.as_ref())
+        .filter(|p| p.revision == pin.revision);
+    Some(PinView {
+        revision: pin.revision.clone(),
+        revision_url: commit_url(&app.spec.source.repo_url, &pin.revision),
+        by: pin.by.clone(),
+        at: pin.at.clone(),
+        history_id: pin.history_id,
+        followed: pinned.is_some(),
+        newer_revision: pinned.and_then(|p| p.newer_revision.clone()),
+    })
+}
+
+/// Where Rollback without a revision goes: the newest history entry that
+/// was Synced and Healthy at another revision than the current one.
+pub fn rollback_of(app: &Application) -> RollbackView {
+    match rollback::choose(app.status.as_ref(), None) {
+        Ok(Choice::Entry { revision, id }) => RollbackView {
+            history_id: Some(id),
+            revision: Some(revision),
+            refused: None,
+        },
+        // Without a revision named, `choose` answers an entry or an error.
+        Ok(Choice::Commit(revision) | Choice::Resolve(revision)) => RollbackView {
+            history_id: None,
+            revision: Some(revision),
+            refused: None,
+        },
+        Err(error) => RollbackView {
+            refused: Some(error.to_string()),
+            ..Default::default()
+        },
+    }
 }
 
 /// One Application's page, from the index and the Events held in memory.
@@ -496,6 +581,9 @@ pub fn app(
         operations: status.history.iter().take(10).cloned().collect(),
         events,
         can_patch,
+        hold: status.hold.clone(),
+        pin: pin_of(app),
+        rollback: rollback_of(app),
     }
 }
 
@@ -775,6 +863,120 @@ mod tests {
         assert_eq!(commit_url("https://github.com/org/repo", "main"), None);
         let view = list(&fleet(), &|_| true, &ListQuery::default());
         assert_eq!(view.items[0].revision.as_deref(), Some("0123456"));
+    }
+
+    /// `a/one` pinned to its history entry 1 by alice, after a bad 2.
+    fn rolled_back() -> Application {
+        let mut app = (*app("a", "one", Sync::Synced, Health::Degraded)).clone();
+        let status = app.status.as_mut().unwrap();
+        status.sync.revision = Some("b".repeat(40));
+        status.history = vec![
+            OperationSummary {
+                id: 2,
+                revision: "b".repeat(40),
+                ..Default::default()
+            },
+            OperationSummary {
+                id: 1,
+                revision: "a".repeat(40),
+                healthy: true,
+                initiated_by: Some("sync by bob".into()),
+                ..Default::default()
+            },
+        ];
+        app.spec.pin = Some(crate::api::Pin {
+            revision: "a".repeat(40),
+            by: Some("alice".into()),
+            at: Some("2026-12-07T12:00:00Z".into()),
+            history_id: Some(1),
+        });
+        app
+    }
+
+    #[test]
+    fn a_pin_shows_who_when_and_the_newer_commit_of_the_reconcile_that_followed_it() {
+        let mut app = rolled_back();
+        let pin = pin_of(&app).unwrap();
+        assert_eq!(pin.revision, "a".repeat(40));
+        assert_eq!(pin.by.as_deref(), Some("alice"));
+        assert_eq!(pin.history_id, Some(1));
+        assert!(
+            !pin.followed && pin.newer_revision.is_none(),
+            "no reconcile yet"
+        );
+        assert_eq!(
+            pin.revision_url.as_deref(),
+            Some(format!("https://github.com/org/repo/commit/{}", "a".repeat(40)).as_str())
+        );
+        app.status.as_mut().unwrap().pinned = Some(crate::api::PinnedStatus {
+            revision: "a".repeat(40),
+            newer_revision: Some("c".repeat(40)),
+            ..Default::default()
+        });
+        let pin = pin_of(&app).unwrap();
+        assert!(pin.followed);
+        assert_eq!(pin.newer_revision, Some("c".repeat(40)));
+        // What the last reconcile said of another pin is not this pin's.
+        app.spec.pin.as_mut().unwrap().revision = "d".repeat(40);
+        let pin = pin_of(&app).unwrap();
+        assert!(!pin.followed && pin.newer_revision.is_none());
+        app.spec.pin = None;
+        assert_eq!(pin_of(&app), None, "resumed: the spec says so first");
+    }
+
+    #[test]
+    fn rollback_names_the_last_healthy_entry_or_why_there_is_none() {
+        let app = rolled_back();
+        assert_eq!(
+            rollback_of(&app),
+            RollbackView {
+                history_id: Some(1),
+                revision: Some("a".repeat(40)),
+                refused: None,
+            }
+        );
+        let fresh = app_of_fleet_without_history();
+        let view = rollback_of(&fresh);
+        assert_eq!((view.history_id, view.revision.as_deref()), (None, None));
+        assert!(
+            view.refused
+                .as_deref()
+                .unwrap()
+                .starts_with("no earlier revision of status.history was Synced and Healthy"),
+            "{view:?}"
+        );
+        let view = super::app(&app, vec![], vec![], true);
+        assert_eq!(view.rollback.history_id, Some(1));
+        assert_eq!(
+            view.operations[1].initiated_by.as_deref(),
+            Some("sync by bob")
+        );
+        let json = serde_json::to_value(&view).unwrap();
+        assert_eq!(json["pin"]["by"], "alice");
+        assert_eq!(json["rollback"]["historyId"], 1);
+        assert_eq!(json["operations"][1]["healthy"], true);
+        assert_eq!(json["operations"][1]["id"], 1);
+    }
+
+    fn app_of_fleet_without_history() -> Application {
+        (*fleet()[0]).clone()
+    }
+
+    #[test]
+    fn rows_say_suspended_and_pinned() {
+        let mut suspended = (*fleet()[0]).clone();
+        suspended.spec.suspend = true;
+        let apps = vec![Arc::new(suspended), Arc::new(rolled_back())];
+        let view = list(&apps, &|_| true, &ListQuery::default());
+        let marks: Vec<_> = view
+            .items
+            .iter()
+            .map(|r| (r.name.as_str(), r.suspended, r.pinned.as_deref()))
+            .collect();
+        assert_eq!(
+            marks,
+            vec![("one", false, Some("aaaaaaa")), ("two", true, None)]
+        );
     }
 
     #[test]

@@ -63,6 +63,22 @@ impl Git<'_> {
             .await
     }
 
+    /// Runs a command that only reads the mirror, with `envs` added to the
+    /// clean environment (a verification's own `GNUPGHOME`).
+    pub(super) async fn run_unchecked_with(
+        &self,
+        args: &[&str],
+        envs: &[(&str, &Path)],
+        operation: &'static str,
+    ) -> Result<Output, GitError> {
+        let mut command = self.command(&self.mirror.dir, args, false);
+        for (name, value) in envs {
+            command.env(name, value);
+        }
+        self.spawn(command, None, operation, self.settings.local_timeout)
+            .await
+    }
+
     pub(super) async fn run_in(
         &self,
         git_dir: &Path,

@@ -23,6 +23,7 @@ mod pull;
 mod remote;
 mod revision;
 mod tree;
+pub mod verify;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -235,6 +236,8 @@ struct Shared {
     fetch_requests: Option<prometheus_client::metrics::counter::Counter>,
     /// The files already read, per (repository, commit, path).
     files: files::FileCache,
+    /// Signature verdicts, per (commit or tag object, keys digest).
+    verdicts: verify::Verdicts,
 }
 
 impl fmt::Debug for GitSource {
@@ -258,6 +261,7 @@ impl GitSource {
                 fetch_seconds: None,
                 fetch_requests: None,
                 files: files::FileCache::new(files::DEFAULT_BUDGET),
+                verdicts: verify::Verdicts::default(),
             }),
             settings: Settings {
                 fetch_timeout: FETCH_TIMEOUT,

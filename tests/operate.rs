@@ -461,6 +461,13 @@ async fn a_selective_sync_applies_one_object_of_three() {
         "{:?}",
         status.history
     );
+    let synced = event_notes(&ns, "cms", "Synced").await;
+    assert!(
+        synced
+            .iter()
+            .any(|n| n.contains("applied 1, pruned 0") && n.contains("(sync of configmap/b by ")),
+        "{synced:?}"
+    );
 }
 
 /// A kubeconfig for the local control plane that authenticates with `token`.

@@ -46,6 +46,8 @@ pub(super) struct Synced<'a> {
     pub changed_input: Option<&'a str>,
     /// The destination, when it is not the local cluster.
     pub cluster: Option<&'a str>,
+    /// `rollback by alice`, `sync of ConfigMap/b by alice`.
+    pub initiated_by: Option<&'a str>,
 }
 
 /// DriftCorrected, Pruned and Synced: what this reconcile changed.
@@ -132,6 +134,7 @@ pub(super) async fn report_applied(
                     synced
                         .changed_input
                         .map(|input| format!(" (a push changed {input})"))
+                        .or_else(|| synced.initiated_by.map(|by| format!(" ({by})")))
                         .unwrap_or_default()
                 ),
             )

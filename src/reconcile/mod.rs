@@ -885,6 +885,7 @@ async fn sync_rendered(
     }
 
     let changed = !applied.is_empty() || !pruned.is_empty();
+    let initiated = initiated_by(app, request);
     let operation = changed.then(|| OperationSummary {
         revision: revision.clone(),
         applied: applied.len() as u32,
@@ -896,7 +897,7 @@ async fn sync_rendered(
             .count() as u32,
         duration_ms: started.elapsed().as_millis() as u64,
         finished_at: now(),
-        initiated_by: initiated_by(app, request),
+        initiated_by: initiated.clone(),
         signature: signature.clone(),
         ..Default::default()
     });
@@ -953,6 +954,7 @@ async fn sync_rendered(
                 revision: &revision,
                 changed_input: request.changed_input.as_deref(),
                 cluster: (!cluster.is_local()).then_some(cluster.name.as_str()),
+                initiated_by: initiated.as_deref(),
             },
         )
     );

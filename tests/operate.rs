@@ -102,7 +102,27 @@ async fn config_is(ns: &TestNamespace, want: &str) -> Result<(), String> {
     }
 }
 
-fn run(ns: &TestNamespace, cache: &std::path::Path) -> (Setpoint, u16) {
+/// A namespace whose Application `web` (automated, prune and self-heal)
+/// follows a repository at its first commit (`replicas`, config "1").
+async fn web_app(prefix: &str, replicas: u32) -> (TestNamespace, GitRepo, String) {
+    let ns = TestNamespace::new(prefix).await;
+    install_crd(&ns.client).await;
+    let repo = GitRepo::new();
+    let first = commit(&repo, replicas, "1", true, "first");
+    create_app(&ns, "web", &repo.url(), "apps/web", automated(true, true)).await;
+    (ns, repo, first)
+}
+
+/// `setpoint run` scoped to `ns`, answering HTTP, and its webhook port.
+struct Running {
+    /// Killed when dropped.
+    _setpoint: Setpoint,
+    port: u16,
+    _cache: tempfile::TempDir,
+}
+
+async fn run(ns: &TestNamespace) -> Running {
+    let cache = tempfile::tempdir().unwrap();
     let port = free_port();
     let listen = format!("127.0.0.1:{port}");
     let args = [
@@ -113,19 +133,20 @@ fn run(ns: &TestNamespace, cache: &std::path::Path) -> (Setpoint, u16) {
         SECRET,
         "--no-sweep",
     ];
-    (Setpoint::scoped(&ns.name, &args, &[], cache), port)
+    let mut setpoint = Setpoint::scoped(&ns.name, &args, &[], cache.path());
+    setpoint.wait_http().await;
+    Running {
+        _setpoint: setpoint,
+        port,
+        _cache: cache,
+    }
 }
 
 #[tokio::test]
 async fn a_rollback_puts_the_last_good_revision_back_and_holds_it_until_resumed() {
-    let ns = TestNamespace::new("rollback").await;
-    install_crd(&ns.client).await;
-    let cache = tempfile::tempdir().unwrap();
-    let repo = GitRepo::new();
-    let good = commit(&repo, 2, "1", true, "good");
-    create_app(&ns, "web", &repo.url(), "apps/web", automated(true, true)).await;
-    let (mut setpoint, port) = run(&ns, cache.path());
-    setpoint.wait_http().await;
+    let (ns, repo, good) = web_app("rollback", 2).await;
+    let running = run(&ns).await;
+    let port = running.port;
     wait_for("the good revision Healthy", DEADLINE, || {
         settled_at(&ns, "web", &good)
     })
@@ -219,19 +240,13 @@ async fn a_rollback_puts_the_last_good_revision_back_and_holds_it_until_resumed(
     .await;
     config_is(&ns, "3").await.unwrap();
     assert!(get_app(&ns, "web").await.spec.pin.is_none());
-    drop(setpoint);
+    drop(running);
 }
 
 #[tokio::test]
 async fn a_suspended_application_reports_drift_and_resume_corrects_it() {
-    let ns = TestNamespace::new("suspend").await;
-    install_crd(&ns.client).await;
-    let cache = tempfile::tempdir().unwrap();
-    let repo = GitRepo::new();
-    let first = commit(&repo, 2, "1", true, "first");
-    create_app(&ns, "web", &repo.url(), "apps/web", automated(true, true)).await;
-    let (mut setpoint, _port) = run(&ns, cache.path());
-    setpoint.wait_http().await;
+    let (ns, _repo, first) = web_app("suspend", 2).await;
+    let running = run(&ns).await;
     wait_for("first Healthy", DEADLINE, || settled_at(&ns, "web", &first)).await;
 
     let n = ns.name.as_str();
@@ -318,17 +333,12 @@ async fn a_suspended_application_reports_drift_and_resume_corrects_it() {
         (!notes.is_empty()).then_some(()).ok_or("none".to_string())
     })
     .await;
-    drop(setpoint);
+    drop(running);
 }
 
 #[tokio::test]
 async fn a_deny_window_holds_automated_syncs_and_a_manual_sync_overrides_it() {
-    let ns = TestNamespace::new("window").await;
-    install_crd(&ns.client).await;
-    let cache = tempfile::tempdir().unwrap();
-    let repo = GitRepo::new();
-    let first = commit(&repo, 1, "1", true, "first");
-    create_app(&ns, "web", &repo.url(), "apps/web", automated(true, true)).await;
+    let (ns, _repo, first) = web_app("window", 1).await;
     // Denied all the time: every minute opens another hour.
     let windows = vec![SyncWindow {
         kind: WindowKind::Deny,
@@ -345,8 +355,7 @@ async fn a_deny_window_holds_automated_syncs_and_a_manual_sync_overrides_it() {
         )
         .await
         .unwrap();
-    let (mut setpoint, _port) = run(&ns, cache.path());
-    setpoint.wait_http().await;
+    let running = run(&ns).await;
     let hold = wait_for("the window's hold", DEADLINE, || async {
         let status = get_app(&ns, "web").await.status.unwrap_or_default();
         status
@@ -393,7 +402,7 @@ async fn a_deny_window_holds_automated_syncs_and_a_manual_sync_overrides_it() {
         "{:?}",
         status.history
     );
-    drop(setpoint);
+    drop(running);
 }
 
 #[tokio::test]
@@ -486,11 +495,7 @@ fn kubeconfig_with_token(dir: &std::path::Path, token: &str) -> std::path::PathB
 
 #[tokio::test]
 async fn a_user_who_may_not_patch_the_application_is_refused_every_operation() {
-    let ns = TestNamespace::new("op-rbac").await;
-    install_crd(&ns.client).await;
-    let repo = GitRepo::new();
-    commit(&repo, 1, "1", true, "first");
-    create_app(&ns, "web", &repo.url(), "apps/web", automated(true, true)).await;
+    let (ns, _repo, _first) = web_app("op-rbac", 1).await;
     let token = support::viewer::viewer(&ns, "reader", &["get", "list", "watch"]).await;
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = kubeconfig_with_token(dir.path(), &token);

@@ -80,6 +80,11 @@ pub enum Cause {
     ClusterChanged { cluster: String },
     /// The last reconcile left something progressing: check back.
     Requeue,
+    /// Someone asked for a reconcile by changing the Application's
+    /// [`REQUESTED_AT`] annotation (or Flux's `reconcile.fluxcd.io/requestedAt`):
+    /// a manual sync from the CLI does, so that the controller looks again
+    /// after its status write.
+    Requested,
     /// An Application this one names in `spec.dependsOn` became ready (or
     /// ready at another revision), or, while this one waits for it, changed
     /// state or was deleted.
@@ -219,6 +224,7 @@ impl Cause {
             Cause::Manual => "manual",
             Cause::ClusterChanged { .. } => "cluster",
             Cause::Requeue => "requeue",
+            Cause::Requested => "requested",
             Cause::DependencyChanged { .. } => "dependency",
             Cause::Chart { .. } => "chart",
             Cause::Receiver { .. } => "receiver",
@@ -300,6 +306,24 @@ impl Event {
     }
 }
 
+/// The annotation whose every new value asks for a reconcile now (as Flux's
+/// `reconcile.fluxcd.io/requestedAt`, also honoured): `setpoint app sync`
+/// and `rollback` set it after their own status write.
+pub const REQUESTED_AT: &str = "setpoint.dev/requested-at";
+/// Flux's name for the same request.
+pub const FLUX_REQUESTED_AT: &str = "reconcile.fluxcd.io/requestedAt";
+
+/// The reconcile request an Application's annotations carry, if any.
+pub fn requested_at(
+    annotations: Option<&std::collections::BTreeMap<String, String>>,
+) -> Option<&str> {
+    let annotations = annotations?;
+    annotations
+        .get(REQUESTED_AT)
+        .or_else(|| annotations.get(FLUX_REQUESTED_AT))
+        .map(String::as_str)
+}
+
 /// How old a fetch may be to serve a drift event: see [`Event::drift`].
 /// Three minutes, Argo CD's default `timeout.reconciliation`.
 pub const DRIFT_GIT_AGE: std::time::Duration = std::time::Duration::from_secs(180);
@@ -326,6 +350,24 @@ pub fn new_id() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_reconcile_request_is_setpoints_annotation_or_else_fluxs() {
+        let map = |pairs: &[(&str, &str)]| -> std::collections::BTreeMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        assert_eq!(requested_at(None), None);
+        assert_eq!(requested_at(Some(&map(&[("other", "1")]))), None);
+        assert_eq!(
+            requested_at(Some(&map(&[(FLUX_REQUESTED_AT, "f")]))),
+            Some("f")
+        );
+        let both = map(&[(FLUX_REQUESTED_AT, "f"), (REQUESTED_AT, "s")]);
+        assert_eq!(requested_at(Some(&both)), Some("s"));
+    }
 
     #[test]
     fn a_drift_event_is_served_by_a_fetch_of_the_last_three_minutes() {

@@ -515,3 +515,39 @@ async fn a_user_who_may_not_patch_the_application_is_refused_every_operation() {
     let app = get_app(&ns, "web").await;
     assert!(!app.spec.suspend && app.spec.pin.is_none());
 }
+
+#[tokio::test]
+async fn a_reconcile_request_annotation_applies_a_commit_no_event_announced() {
+    let (ns, repo, first) = web_app("requested", 1).await;
+    let _running = run(&ns).await;
+    wait_for("the first commit Healthy", DEADLINE, || {
+        settled_at(&ns, "web", &first)
+    })
+    .await;
+    let apps = ns.api::<Application>();
+    // Commits no webhook announces and no sweep (`--no-sweep`) looks for:
+    // only the request, Flux's annotation and then Setpoint's, makes the
+    // controller fetch them.
+    for (config, annotation) in [
+        ("2", "reconcile.fluxcd.io/requestedAt"),
+        ("3", "setpoint.dev/requested-at"),
+    ] {
+        let next = commit(&repo, 1, config, true, config);
+        config_is(&ns, if config == "2" { "1" } else { "2" })
+            .await
+            .unwrap();
+        let body = serde_json::json!({
+            "metadata": {"annotations": {annotation: format!("request {config}")}}
+        });
+        apps.patch("web", &PatchParams::default(), &Patch::Merge(&body))
+            .await
+            .unwrap();
+        wait_for(
+            &format!("commit {config} applied on request"),
+            DEADLINE,
+            || synced_at(&ns, "web", &next),
+        )
+        .await;
+        config_is(&ns, config).await.unwrap();
+    }
+}

@@ -244,16 +244,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
                 manual: sync,
                 ..Default::default()
             };
-            match reconcile::reconcile(&ctx, &application, &request).await {
-                Ok(outcome) => {
-                    print_outcome(&app, &outcome);
-                    Ok(0)
-                }
-                Err(error) => {
-                    eprintln!("error: {}", crate::report::events::error_chain(&error));
-                    Ok(if error.is_transient() { 3 } else { 2 })
-                }
-            }
+            operate::sync_now(&ctx, &application, &request).await
         }
         Command::Diff {
             app,

@@ -62,15 +62,22 @@ async fn patch_spec(
     name: &str,
     spec: serde_json::Value,
 ) -> anyhow::Result<Application> {
+    patch(client, namespace, name, json!({ "spec": spec })).await
+}
+
+/// A merge patch of the Application, as the kubeconfig's user.
+async fn patch(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+    body: serde_json::Value,
+) -> anyhow::Result<Application> {
     let api: Api<Application> = Api::namespaced(client.clone(), namespace);
     let params = PatchParams {
         field_manager: Some("setpoint-cli".into()),
         ..Default::default()
     };
-    match api
-        .patch(name, &params, &Patch::Merge(json!({ "spec": spec })))
-        .await
-    {
+    match api.patch(name, &params, &Patch::Merge(body)).await {
         Ok(app) => Ok(app),
         Err(kube::Error::Api(s)) if s.code == 403 => {
             let who = whoami(client).await.unwrap_or_else(|| "this user".into());
@@ -255,11 +262,36 @@ pub async fn sync_now(ctx: &Context, app: &Application, request: &Request) -> an
             if let Some(hold) = &outcome.status.hold {
                 println!("held: {}", hold.message);
             }
+            if outcome.requeue_after.is_some() {
+                hand_over(ctx, app).await;
+            }
             Ok(0)
         }
         Err(error) => {
             eprintln!("error: {}", crate::report::events::error_chain(&error));
             Ok(if error.is_transient() { 3 } else { 2 })
         }
+    }
+}
+
+/// A manual sync that left something progressing: the controller is asked
+/// to look again (the request annotation), so that its own re-checks, not
+/// this process's status write, have the last word. Without the request,
+/// a controller whose last reconcile had already seen the objects settle
+/// would leave this process's `Progressing` standing.
+async fn hand_over(ctx: &Context, app: &Application) {
+    let (namespace, name) = (
+        app.metadata.namespace.as_deref().unwrap_or_default(),
+        app.metadata.name.as_deref().unwrap_or_default(),
+    );
+    let body = json!({
+        "metadata": { "annotations": {
+            crate::event::REQUESTED_AT: jiff::Timestamp::now().to_string()
+        } }
+    });
+    if let Err(e) = patch(&ctx.client, namespace, name, body).await {
+        eprintln!(
+            "warning: the controller was not asked to check {namespace}/{name} again (the sweep will): {e}"
+        );
     }
 }

@@ -168,7 +168,10 @@ pub async fn settled_at(ns: &TestNamespace, app: &str, commit: &str) -> Result<(
     synced_in(&status, commit)?;
     match status.health.status {
         setpoint::api::Health::Healthy => Ok(()),
-        health => Err(format!("Synced but {health:?}")),
+        health => Err(format!(
+            "Synced but {health:?}: {}",
+            status.health.message.as_deref().unwrap_or("no message")
+        )),
     }
 }
 

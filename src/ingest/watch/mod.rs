@@ -157,6 +157,8 @@ pub async fn run(
 ) {
     let watches = Arc::new(Mutex::new(KindWatches::default()));
     let mut generations: HashMap<AppKey, Option<i64>> = HashMap::new();
+    // Each Application's reconcile request annotation, as last seen.
+    let mut requests: HashMap<AppKey, Option<String>> = HashMap::new();
     // `spec.dependsOn` reversed: Applications that turned ready enqueue
     // their dependents (after the listing, once every dependent is known).
     let mut dependents = Dependents::default();
@@ -294,6 +296,15 @@ pub async fn run(
                     None => !listing || generation_unobserved(&app),
                     Some(previous) => previous != generation,
                 };
+                let request =
+                    crate::event::requested_at(app.metadata.annotations.as_ref()).map(String::from);
+                // A request made since the Application was first seen.
+                let last_request = requests.insert(key.clone(), request.clone());
+                let requested =
+                    request.is_some() && last_request.is_some_and(|last| last != request);
+                if requested && !changed && apps {
+                    publish(&queue, Event::new(key.clone(), Cause::Requested)).await;
+                }
                 if changed && apps {
                     let mut event = Event::new(key, Cause::AppChanged);
                     if listing {
@@ -316,6 +327,7 @@ pub async fn run(
                 dependents.delete(&key);
                 due.entry(key.clone()).or_insert(Due::Changed);
                 generations.remove(&key);
+                requests.remove(&key);
             }
         }
         if !listing {

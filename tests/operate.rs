@@ -528,14 +528,12 @@ async fn a_reconcile_request_annotation_applies_a_commit_no_event_announced() {
     // Commits no webhook announces and no sweep (`--no-sweep`) looks for:
     // only the request, Flux's annotation and then Setpoint's, makes the
     // controller fetch them.
-    for (config, annotation) in [
-        ("2", "reconcile.fluxcd.io/requestedAt"),
-        ("3", "setpoint.dev/requested-at"),
+    for (before, config, annotation) in [
+        ("1", "2", "reconcile.fluxcd.io/requestedAt"),
+        ("2", "3", "setpoint.dev/requested-at"),
     ] {
         let next = commit(&repo, 1, config, true, config);
-        config_is(&ns, if config == "2" { "1" } else { "2" })
-            .await
-            .unwrap();
+        config_is(&ns, before).await.unwrap();
         let body = serde_json::json!({
             "metadata": {"annotations": {annotation: format!("request {config}")}}
         });
